@@ -1,0 +1,251 @@
+//! The buffer handle and the execution-provider trait that every backend implements.
+//!
+//! A [`DeviceBuffer`] is plain data: it names memory, it does not own it. The
+//! provider keeps the real memory objects (host blocks, `wgpu::Buffer`s,
+//! `CudaSlice`s) in its own table, and only [`ExecutionProvider::deallocate`]
+//! returns them. Dropping a handle therefore frees nothing, on purpose: memory
+//! accounting stays in one place, and a forgotten release shows up in
+//! [`MemoryStats`] instead of being hidden by a destructor.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+
+use crate::dtype::DType;
+use crate::graph::Node;
+use crate::ops::Op;
+
+/// The kind of device behind a provider.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum DeviceKind {
+    /// Host memory, the reference backend.
+    Cpu,
+    /// A wgpu adapter (Vulkan, Metal, DX12, WebGPU).
+    Wgpu,
+    /// An NVIDIA GPU through CUDA.
+    Cuda,
+}
+
+/// A device: its kind and ordinal.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct DeviceId {
+    /// Kind.
+    pub kind: DeviceKind,
+    /// Ordinal among devices of that kind.
+    pub ordinal: u32,
+}
+
+impl DeviceId {
+    /// The host.
+    pub const CPU: DeviceId = DeviceId { kind: DeviceKind::Cpu, ordinal: 0 };
+}
+
+impl fmt::Display for DeviceId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.kind {
+            DeviceKind::Cpu => f.write_str("cpu"),
+            DeviceKind::Wgpu => write!(f, "wgpu:{}", self.ordinal),
+            DeviceKind::Cuda => write!(f, "cuda:{}", self.ordinal),
+        }
+    }
+}
+
+/// A handle to device memory owned by an [`ExecutionProvider`].
+///
+/// Plain data with no `Drop`: copying or dropping it does nothing to the
+/// memory. Return it with [`ExecutionProvider::deallocate`].
+#[must_use = "device memory is only returned through ExecutionProvider::deallocate"]
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct DeviceBuffer {
+    /// The device holding the memory.
+    pub device: DeviceId,
+    /// The provider's key for the memory object (or a device address).
+    pub id: u64,
+    /// Size in bytes, as requested.
+    pub size: u64,
+    /// Alignment in bytes, as requested.
+    pub align: u32,
+}
+
+/// Memory figures a provider reports from its own accounting.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct MemoryStats {
+    /// Bytes in live buffers now (sum of requested sizes).
+    pub in_use_bytes: u64,
+    /// Highest `in_use_bytes` since creation or the last [`ExecutionProvider::reset_peak`].
+    pub peak_bytes: u64,
+    /// Bytes the provider holds from the system (live buffers plus any pool cache).
+    pub reserved_bytes: u64,
+    /// Successful allocations since creation.
+    pub allocations: u64,
+    /// Successful deallocations since creation.
+    pub frees: u64,
+}
+
+/// A tensor argument for a kernel launch: a buffer with the dtype and shape it holds now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TensorArg {
+    /// The memory.
+    pub buffer: DeviceBuffer,
+    /// Element type.
+    pub dtype: DType,
+    /// Concrete shape.
+    pub shape: Vec<usize>,
+}
+
+impl TensorArg {
+    /// Element count.
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+}
+
+/// What a backend needs to prepare a kernel for one node.
+pub struct KernelSpec<'a> {
+    /// The node (name, op type, domain, opset, raw attributes).
+    pub node: &'a Node,
+    /// The parsed op, shared by all backends; downcast it through [`Op::as_any`].
+    pub op: &'a dyn Op,
+    /// Input dtypes; `None` for absent optional inputs.
+    pub input_dtypes: &'a [Option<DType>],
+    /// Output dtypes; `None` for outputs the model does not use.
+    pub output_dtypes: &'a [Option<DType>],
+}
+
+/// A prepared kernel, owned by the provider that prepared it.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct KernelId(pub u32);
+
+/// A boxed future. Not `Send` on purpose: WebGPU futures are not.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + 'a>>;
+
+/// `Send + Sync` on native targets; nothing on wasm32, where WebGPU objects are not thread-safe.
+#[cfg(not(target_arch = "wasm32"))]
+pub trait MaybeSendSync: Send + Sync {}
+#[cfg(not(target_arch = "wasm32"))]
+impl<T: Send + Sync + ?Sized> MaybeSendSync for T {}
+/// `Send + Sync` on native targets; nothing on wasm32, where WebGPU objects are not thread-safe.
+#[cfg(target_arch = "wasm32")]
+pub trait MaybeSendSync {}
+#[cfg(target_arch = "wasm32")]
+impl<T: ?Sized> MaybeSendSync for T {}
+
+/// A backend: it owns device memory and runs kernels on it.
+///
+/// Work may be queued: `upload`, `launch`, `copy` and `deallocate` are
+/// ordered on the provider's queue (CUDA stream order, the wgpu command
+/// encoder), so a buffer released right after its last consumer was launched
+/// is safe to reuse for the next launch. Results become visible to the host
+/// through [`download`](Self::download), which is asynchronous so that WebGPU's
+/// `mapAsync` fits; native callers block on it.
+pub trait ExecutionProvider: MaybeSendSync {
+    /// A short name for messages and reports (`cpu`, `wgpu:0`).
+    fn name(&self) -> String;
+
+    /// The device this provider allocates on.
+    fn device(&self) -> DeviceId;
+
+    /// Allocates `size` bytes aligned to `align`.
+    ///
+    /// # Errors
+    /// [`EpError::OutOfMemory`] when the device or the provider's limit is exhausted.
+    fn allocate(&self, size: u64, align: u32) -> Result<DeviceBuffer, EpError>;
+
+    /// Returns a buffer's memory. The only way memory goes back.
+    ///
+    /// # Errors
+    /// [`EpError::UnknownBuffer`] for a handle this provider does not hold
+    /// (never allocated here, or already freed).
+    fn deallocate(&self, buffer: DeviceBuffer) -> Result<(), EpError>;
+
+    /// Copies host bytes into the start of a buffer.
+    ///
+    /// # Errors
+    /// [`EpError::UnknownBuffer`], or [`EpError::OutOfBounds`] when `data` is longer than the buffer.
+    fn upload(&self, buffer: DeviceBuffer, data: &[u8]) -> Result<(), EpError>;
+
+    /// Reads the first `len` bytes of a buffer back to the host, after all queued work.
+    fn download(&self, buffer: DeviceBuffer, len: usize) -> BoxFuture<'_, Result<Vec<u8>, EpError>>;
+
+    /// Copies `len` bytes between two buffers of this provider, in queue order.
+    ///
+    /// # Errors
+    /// [`EpError::UnknownBuffer`] or [`EpError::OutOfBounds`].
+    fn copy(&self, src: DeviceBuffer, dst: DeviceBuffer, len: u64) -> Result<(), EpError>;
+
+    /// Whether this provider has any kernel for `domain::op_type` (dtypes aside).
+    fn supports_op(&self, domain: &str, op_type: &str) -> bool;
+
+    /// Prepares (compiles, specializes) a kernel for a node.
+    ///
+    /// # Errors
+    /// [`EpError::Unsupported`] when the op or its dtypes are not implemented
+    /// here; the planner then places the node on another provider.
+    fn prepare(&self, spec: &KernelSpec<'_>) -> Result<KernelId, EpError>;
+
+    /// Queues a prepared kernel. Output buffers are allocated by the caller and
+    /// sized from the op's shape inference; absent optional slots are `None`.
+    ///
+    /// # Errors
+    /// Whatever the kernel reports (bad index values, device errors).
+    fn launch(
+        &self,
+        kernel: KernelId,
+        inputs: &[Option<TensorArg>],
+        outputs: &[Option<TensorArg>],
+    ) -> Result<(), EpError>;
+
+    /// Waits until all queued work has finished.
+    fn synchronize(&self) -> BoxFuture<'_, Result<(), EpError>>;
+
+    /// Memory figures from the provider's own table.
+    fn memory_stats(&self) -> MemoryStats;
+
+    /// Restarts peak tracking from the bytes in use now.
+    fn reset_peak(&self);
+}
+
+/// Errors raised by execution providers.
+#[derive(Debug, thiserror::Error)]
+pub enum EpError {
+    /// The allocation does not fit.
+    #[error("out of memory: requested {requested} bytes with {in_use} in use (limit {limit})")]
+    OutOfMemory {
+        /// Requested bytes.
+        requested: u64,
+        /// Bytes in use.
+        in_use: u64,
+        /// The limit that was hit.
+        limit: u64,
+    },
+    /// The handle is not (or no longer) held by this provider.
+    #[error("unknown buffer {id} on {device} (never allocated here, or already freed)")]
+    UnknownBuffer {
+        /// The handle's id.
+        id: u64,
+        /// The handle's device.
+        device: DeviceId,
+    },
+    /// An access runs past the end of a buffer.
+    #[error("access of {len} bytes at {offset} overruns a {size}-byte buffer")]
+    OutOfBounds {
+        /// Start.
+        offset: u64,
+        /// Length.
+        len: u64,
+        /// Buffer size.
+        size: u64,
+    },
+    /// The op or dtype is not implemented by this provider.
+    #[error("{0}")]
+    Unsupported(String),
+    /// A kernel rejected its inputs or failed while running.
+    #[error("{0}")]
+    Kernel(String),
+    /// A device or driver failure.
+    #[error("device error: {0}")]
+    Device(String),
+    /// The kernel id was never prepared by this provider.
+    #[error("unknown kernel {0:?}")]
+    UnknownKernel(KernelId),
+}

@@ -1,0 +1,665 @@
+//! The executor: allocate → launch → release at last use, over a value map
+//! whose entries carry buffer, dtype and shape together (so no shape entry can
+//! outlive its buffer), with buffers shared by reference count.
+
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::pin::Pin;
+
+use super::compile::{Action, CompiledGraph, Step};
+use crate::dtype::DType;
+use crate::ep::{DeviceBuffer, ExecutionProvider, TensorArg};
+use crate::error::{Error, OpError};
+use crate::graph::{Node, ValueId};
+use crate::ops::sequence::SequenceKind;
+use crate::ops::{Fact, InferInputs};
+use crate::plan::{Guard, MemoryFigures, RunTrace};
+use crate::shape::Shape;
+use crate::tensor::Tensor;
+
+/// Per-run settings.
+#[derive(Copy, Clone, Debug)]
+pub struct RunOptions {
+    /// Release every intermediate right after its last consumer (default). Off keeps
+    /// them all until the end of the run, and disables in-place reuse, for comparison.
+    pub release_dead_values: bool,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        RunOptions { release_dead_values: true }
+    }
+}
+
+/// A value on the device: a tensor or a sequence of tensors.
+#[derive(Clone, Debug, PartialEq)]
+pub enum DeviceValue {
+    /// A tensor.
+    Tensor(TensorArg),
+    /// A sequence of tensors of one dtype.
+    Sequence(DType, Vec<TensorArg>),
+}
+
+/// What a run returns. Output buffers now belong to the caller.
+#[derive(Debug)]
+pub struct RunResult {
+    /// One value per graph output, in order.
+    pub outputs: Vec<DeviceValue>,
+    /// Memory figures computed by the planner from the sizes of this run.
+    pub figures: MemoryFigures,
+    /// Buffers released at last use during the run.
+    pub releases: u64,
+}
+
+/// Runs a compiled graph. Input buffers are lent: the executor never frees or
+/// overwrites them. On success every buffer the run allocated has been freed
+/// or is one of the returned outputs; on failure all of them have been freed.
+///
+/// # Errors
+/// [`Error`] with the failing node, op and backend in its chain.
+pub async fn run(
+    cg: &CompiledGraph,
+    ep: &dyn ExecutionProvider,
+    inputs: &[DeviceValue],
+    opts: RunOptions,
+) -> Result<RunResult, Error> {
+    let mut ex = Exec {
+        ep,
+        bufs: Vec::new(),
+        ledger: HashSet::new(),
+        release: opts.release_dead_values,
+        releases: 0,
+        deferred: Vec::new(),
+    };
+    let result = async {
+        let bindings = ex.bind_inputs(cg, inputs)?;
+        let (outs, figures) = ex.run_graph(cg, bindings).await?;
+        ex.free_deferred()?;
+        let outputs: Vec<DeviceValue> = outs.iter().map(|v| ex.device_value(v)).collect();
+        for v in &outputs {
+            for t in tensors(v) {
+                ex.ledger.remove(&t.buffer.id);
+            }
+        }
+        if !ex.ledger.is_empty() {
+            return Err(Error::Internal(format!("{} buffers leaked by the run", ex.ledger.len())));
+        }
+        Ok(RunResult { outputs, figures, releases: ex.releases })
+    }
+    .await;
+    if result.is_err() {
+        ex.free_everything_owned();
+    }
+    result
+}
+
+fn tensors(v: &DeviceValue) -> Vec<&TensorArg> {
+    match v {
+        DeviceValue::Tensor(t) => vec![t],
+        DeviceValue::Sequence(_, ts) => ts.iter().collect(),
+    }
+}
+
+struct BufState {
+    buffer: DeviceBuffer,
+    refs: u32,
+    /// Allocated by this run (only those are ever freed by it).
+    owned: bool,
+    /// Bound to a guarded value: never freed before the end of the run.
+    guarded: bool,
+}
+
+#[derive(Clone, Debug)]
+struct Slot {
+    key: usize,
+    dtype: DType,
+    shape: Vec<usize>,
+}
+
+#[derive(Clone, Debug)]
+enum Val {
+    Tensor(Slot),
+    Seq(DType, Vec<Slot>),
+}
+
+impl Val {
+    fn slots(&self) -> &[Slot] {
+        match self {
+            Val::Tensor(s) => std::slice::from_ref(s),
+            Val::Seq(_, s) => s,
+        }
+    }
+}
+
+struct Frame {
+    vals: Vec<Option<Val>>,
+    /// Host copies of values needed for inference (shape arguments, conditions).
+    host: HashMap<ValueId, Tensor>,
+    trace: RunTrace,
+}
+
+struct Exec<'a> {
+    ep: &'a dyn ExecutionProvider,
+    bufs: Vec<BufState>,
+    /// Ids of buffers this run allocated and has not freed.
+    ledger: HashSet<u64>,
+    release: bool,
+    releases: u64,
+    /// Owned buffers with no references left, freed at the end of the run.
+    deferred: Vec<usize>,
+}
+
+type Outputs = (Vec<Val>, MemoryFigures);
+
+impl<'a> Exec<'a> {
+    fn provider_err(&self, action: String, source: crate::ep::EpError) -> Error {
+        Error::Provider { backend: self.ep.name(), action, source }
+    }
+
+    fn adopt(&mut self, buffer: DeviceBuffer, owned: bool) -> usize {
+        self.bufs.push(BufState { buffer, refs: 0, owned, guarded: false });
+        self.bufs.len() - 1
+    }
+
+    fn alloc(&mut self, bytes: u64, align: u32, what: &str) -> Result<usize, Error> {
+        let buffer = self
+            .ep
+            .allocate(bytes, align)
+            .map_err(|e| self.provider_err(format!("allocating {bytes} bytes for {what}"), e))?;
+        self.ledger.insert(buffer.id);
+        Ok(self.adopt(buffer, true))
+    }
+
+    fn dealloc(&mut self, key: usize) -> Result<(), Error> {
+        let buffer = self.bufs[key].buffer;
+        self.ep.deallocate(buffer).map_err(|e| self.provider_err("freeing a buffer".into(), e))?;
+        self.ledger.remove(&buffer.id);
+        self.bufs[key].owned = false;
+        Ok(())
+    }
+
+    fn hold(&mut self, val: &Val, guard: bool) {
+        for s in val.slots() {
+            self.bufs[s.key].refs += 1;
+            self.bufs[s.key].guarded |= guard;
+        }
+    }
+
+    /// Drops one reference per slot; frees buffers that reach zero (or defers them).
+    fn drop_val(&mut self, val: &Val) -> Result<(), Error> {
+        for s in val.slots() {
+            let b = &mut self.bufs[s.key];
+            b.refs -= 1;
+            if b.refs == 0 && b.owned {
+                if self.release && !b.guarded {
+                    self.dealloc(s.key)?;
+                    self.releases += 1;
+                } else {
+                    self.deferred.push(s.key);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn free_deferred(&mut self) -> Result<(), Error> {
+        for key in std::mem::take(&mut self.deferred) {
+            if self.bufs[key].refs == 0 && self.bufs[key].owned {
+                self.dealloc(key)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn free_everything_owned(&mut self) {
+        for key in 0..self.bufs.len() {
+            if self.bufs[key].owned {
+                // Best effort on the error path: the first error is the one reported.
+                let _ = self.dealloc(key);
+            }
+        }
+    }
+
+    fn arg(&self, s: &Slot) -> TensorArg {
+        TensorArg { buffer: self.bufs[s.key].buffer, dtype: s.dtype, shape: s.shape.clone() }
+    }
+
+    fn device_value(&self, v: &Val) -> DeviceValue {
+        match v {
+            Val::Tensor(s) => DeviceValue::Tensor(self.arg(s)),
+            Val::Seq(d, items) => DeviceValue::Sequence(*d, items.iter().map(|s| self.arg(s)).collect()),
+        }
+    }
+
+    fn bind_inputs(
+        &mut self,
+        cg: &CompiledGraph,
+        inputs: &[DeviceValue],
+    ) -> Result<Vec<(ValueId, Val)>, Error> {
+        let g = &cg.graph;
+        if inputs.len() != g.inputs.len() {
+            return Err(Error::Input {
+                name: format!("({} given)", inputs.len()),
+                reason: format!("the model has {} inputs", g.inputs.len()),
+            });
+        }
+        let mut out = Vec::with_capacity(inputs.len());
+        for (&v, input) in g.inputs.iter().zip(inputs) {
+            let name = &g.value(v).name;
+            let fact = cg.facts[v.index()].as_ref();
+            let mut slot_of = |t: &TensorArg| -> Result<Slot, Error> {
+                if let Some(f) = fact {
+                    check_input(name, f, t)?;
+                }
+                Ok(Slot { key: self.adopt(t.buffer, false), dtype: t.dtype, shape: t.shape.clone() })
+            };
+            let val = match input {
+                DeviceValue::Tensor(t) => Val::Tensor(slot_of(t)?),
+                DeviceValue::Sequence(d, ts) => {
+                    Val::Seq(*d, ts.iter().map(&mut slot_of).collect::<Result<_, _>>()?)
+                }
+            };
+            self.hold(&val, true);
+            out.push((v, val));
+        }
+        Ok(out)
+    }
+
+    fn run_graph<'s>(
+        &'s mut self,
+        cg: &'s CompiledGraph,
+        bindings: Vec<(ValueId, Val)>,
+    ) -> Pin<Box<dyn Future<Output = Result<Outputs, Error>> + 's>>
+    where
+        'a: 's,
+    {
+        Box::pin(async move {
+            let mut frame = Frame {
+                vals: vec![None; cg.graph.values.len()],
+                host: HashMap::new(),
+                trace: RunTrace::new(&cg.graph, &cg.plan),
+            };
+            for (v, w) in &cg.weights {
+                let val = Val::Tensor(Slot {
+                    key: self.adopt(w.buffer, false),
+                    dtype: w.dtype,
+                    shape: w.shape.clone(),
+                });
+                self.hold(&val, true);
+                frame.vals[v.index()] = Some(val);
+            }
+            for (v, val) in bindings {
+                if cg.plan.guard(v) == Some(Guard::GraphInput) {
+                    frame.trace.allocated[v.index()] = Some(val.slots().iter().map(|s| self.bufs[s.key].buffer.size).sum());
+                }
+                frame.vals[v.index()] = Some(val);
+            }
+            for (s, step) in cg.steps.iter().enumerate() {
+                self.step(cg, &mut frame, s, step).await?;
+                if self.release {
+                    for &v in &cg.plan.releases[s] {
+                        frame.host.remove(&v);
+                        if let Some(val) = frame.vals[v.index()].take() {
+                            self.drop_val(&val)?;
+                        }
+                    }
+                }
+            }
+            let outs = self.finish(cg, &mut frame)?;
+            Ok((outs, cg.plan.memory_figures(&cg.graph, &frame.trace)))
+        })
+    }
+
+    /// Takes the outputs, drops everything else, and copies any output whose
+    /// buffer is not exclusively this run's (a weight, an input, another output).
+    fn finish(&mut self, cg: &CompiledGraph, frame: &mut Frame) -> Result<Vec<Val>, Error> {
+        let mut outs = Vec::with_capacity(cg.graph.outputs.len());
+        for &o in &cg.graph.outputs {
+            let val = frame.vals[o.index()].clone().ok_or_else(|| {
+                Error::Internal(format!("output '{}' was never produced", cg.graph.value(o).name))
+            })?;
+            self.hold(&val, true);
+            outs.push(val);
+        }
+        for val in frame.vals.iter_mut().filter_map(Option::take) {
+            self.drop_val(&val)?;
+        }
+        for val in &mut outs {
+            let slots = match val {
+                Val::Tensor(s) => std::slice::from_mut(s),
+                Val::Seq(_, s) => s.as_mut_slice(),
+            };
+            for slot in slots {
+                let b = &self.bufs[slot.key];
+                if b.owned && b.refs == 1 {
+                    continue;
+                }
+                let (src, bytes) = (b.buffer, b.buffer.size);
+                let key = self.alloc(bytes, slot.dtype.align() as u32, "an output copy")?;
+                let dst = self.bufs[key].buffer;
+                self.ep.copy(src, dst, bytes).map_err(|e| self.provider_err("copying an output".into(), e))?;
+                frame.trace.output_copies += bytes;
+                let old = Val::Tensor(slot.clone());
+                slot.key = key;
+                self.bufs[key].refs = 1;
+                self.drop_val(&old)?;
+            }
+        }
+        Ok(outs)
+    }
+
+    async fn host_value(&mut self, cg: &CompiledGraph, frame: &mut Frame, v: ValueId) -> Result<Tensor, Error> {
+        if let Some(t) = frame.host.get(&v) {
+            return Ok(t.clone());
+        }
+        if let Some(t) = cg.facts[v.index()].as_ref().and_then(|f| f.value.clone()) {
+            return Ok(t);
+        }
+        let Some(Val::Tensor(slot)) = frame.vals[v.index()].clone() else {
+            return Err(Error::Internal(format!("value '{}' is not a live tensor", cg.graph.value(v).name)));
+        };
+        let numel: usize = slot.shape.iter().product();
+        let len = slot.dtype.byte_size(numel).ok_or_else(|| {
+            Error::Internal("string tensors cannot be read back from a device".into())
+        })?;
+        let buffer = self.bufs[slot.key].buffer;
+        let bytes = self
+            .ep
+            .download(buffer, len)
+            .await
+            .map_err(|e| self.provider_err(format!("reading '{}' back", cg.graph.value(v).name), e))?;
+        let t = Tensor::from_bytes(slot.dtype, slot.shape, bytes.into())
+            .map_err(|e| Error::Internal(e.to_string()))?;
+        frame.host.insert(v, t.clone());
+        Ok(t)
+    }
+
+    /// Input tensors and facts (with host values where inference needs them).
+    async fn gather(
+        &mut self,
+        cg: &CompiledGraph,
+        frame: &mut Frame,
+        node: &Node,
+        step: &Step,
+    ) -> Result<(Vec<Option<TensorArg>>, Vec<Option<Fact>>), Error> {
+        let mut args = Vec::with_capacity(node.inputs.len());
+        let mut facts = Vec::with_capacity(node.inputs.len());
+        for (i, input) in node.inputs.iter().enumerate() {
+            let Some(v) = *input else {
+                args.push(None);
+                facts.push(None);
+                continue;
+            };
+            let val = frame.vals[v.index()].clone().ok_or_else(|| {
+                Error::Internal(format!(
+                    "{}: input '{}' is not live (released too early?)",
+                    node.desc(),
+                    cg.graph.value(v).name
+                ))
+            })?;
+            match &val {
+                Val::Tensor(slot) => {
+                    let mut fact = Fact::known(slot.dtype, &slot.shape);
+                    if step.value_inputs.contains(&i) {
+                        fact.value = Some(self.host_value(cg, frame, v).await?);
+                    }
+                    args.push(Some(self.arg(slot)));
+                    facts.push(Some(fact));
+                }
+                Val::Seq(d, items) => {
+                    let shape = common_shape(items);
+                    args.push(None);
+                    facts.push(Some(Fact::sequence_of(*d, shape)));
+                }
+            }
+        }
+        Ok((args, facts))
+    }
+
+    async fn step(&mut self, cg: &CompiledGraph, frame: &mut Frame, s: usize, step: &Step) -> Result<(), Error> {
+        let node = &cg.graph.nodes[step.node.index()];
+        let op_err = |source: OpError| Error::Op { node: node.desc(), source };
+        match &step.action {
+            Action::Kernel(kernel) => {
+                let (args, facts) = self.gather(cg, frame, node, step).await?;
+                if let Some(i) = facts.iter().position(|f| f.as_ref().is_some_and(|f| f.sequence)) {
+                    return Err(op_err(OpError::Invalid(format!("input {i} is a sequence, expected a tensor"))));
+                }
+                let out_facts = step.op.infer(&InferInputs::new(&facts)).map_err(op_err)?;
+                let mut new_vals: Vec<(ValueId, Val)> = Vec::new();
+                let mut outs: Vec<Option<TensorArg>> = Vec::with_capacity(node.outputs.len());
+                for (i, o) in node.outputs.iter().enumerate() {
+                    let Some(v) = *o else {
+                        outs.push(None);
+                        continue;
+                    };
+                    let (dtype, dims, bytes) = concrete(node, &out_facts, i)?;
+                    let reuse = if i == 0 && self.release { self.in_place(cg, frame, s, bytes) } else { None };
+                    let key = match reuse {
+                        Some((key, src)) => {
+                            frame.trace.in_place[s] = Some(src);
+                            key
+                        }
+                        None => {
+                            let key = self.alloc(bytes, dtype.align() as u32, &format!("output {i} of {}", node.desc()))?;
+                            frame.trace.allocated[v.index()] = Some(bytes);
+                            key
+                        }
+                    };
+                    let slot = Slot { key, dtype, shape: dims };
+                    outs.push(Some(self.arg(&slot)));
+                    let val = Val::Tensor(slot);
+                    // Hold at once, so the error path sees every buffer referenced.
+                    self.hold(&val, cg.plan.guard(v).is_some());
+                    new_vals.push((v, val));
+                    if let Some(value) = out_facts.get(i).and_then(|f| f.value.clone()) {
+                        frame.host.insert(v, value);
+                    }
+                }
+                let launched = self.ep.launch(*kernel, &args, &outs);
+                for (v, val) in new_vals {
+                    frame.vals[v.index()] = Some(val);
+                }
+                launched.map_err(|source| Error::Kernel { node: node.desc(), backend: self.ep.name(), source })?;
+            }
+            Action::View(slot) => {
+                let (_, facts) = self.gather(cg, frame, node, step).await?;
+                let out_facts = step.op.infer(&InferInputs::new(&facts)).map_err(op_err)?;
+                let src = node.input(*slot).and_then(|v| frame.vals[v.index()].clone());
+                let Some(Val::Tensor(src)) = src else {
+                    return Err(op_err(OpError::Invalid(format!("input {slot} must be a tensor"))));
+                };
+                if let Some(v) = node.outputs.first().copied().flatten() {
+                    let (dtype, dims, bytes) = concrete(node, &out_facts, 0)?;
+                    if bytes != self.bufs[src.key].buffer.size || dtype != src.dtype {
+                        return Err(Error::Internal(format!("{}: a view must keep the byte size", node.desc())));
+                    }
+                    let val = Val::Tensor(Slot { key: src.key, dtype, shape: dims });
+                    self.hold(&val, cg.plan.guard(v).is_some());
+                    if let Some(value) = out_facts.first().and_then(|f| f.value.clone()) {
+                        frame.host.insert(v, value);
+                    }
+                    frame.vals[v.index()] = Some(val);
+                }
+            }
+            Action::If { then_branch, else_branch } => {
+                let cond_id = node.input(0).ok_or_else(|| op_err(OpError::MissingInput(0)))?;
+                let cond = self.host_value(cg, frame, cond_id).await?;
+                let cond = cond.to_i64_vec().map_err(|e| op_err(e.into()))?;
+                let (branch, name) = match cond.as_slice() {
+                    [c] if *c != 0 => (then_branch, "then_branch"),
+                    [_] => (else_branch, "else_branch"),
+                    _ => return Err(op_err(OpError::Shape("the If condition must hold one element".into()))),
+                };
+                let mut bindings = Vec::with_capacity(branch.captures.len());
+                for (inner, outer) in &branch.captures {
+                    let val = frame.vals[outer.index()].clone().ok_or_else(|| {
+                        Error::Internal(format!("captured '{}' is not live", cg.graph.value(*outer).name))
+                    })?;
+                    self.hold(&val, true);
+                    bindings.push((*inner, val));
+                }
+                let (outs, figures) = self.run_graph(branch, bindings).await.map_err(|e| Error::Subgraph {
+                    node: node.desc(),
+                    branch: name.into(),
+                    source: Box::new(e),
+                })?;
+                frame.trace.inner[s] = Some(figures);
+                for (o, val) in node.outputs.iter().zip(outs) {
+                    match o {
+                        Some(v) => {
+                            let bytes: u64 = val.slots().iter().map(|x| self.bufs[x.key].buffer.size).sum();
+                            frame.trace.allocated[v.index()] = Some(bytes);
+                            if cg.plan.guard(*v).is_some() {
+                                for x in val.slots() {
+                                    self.bufs[x.key].guarded = true;
+                                }
+                            }
+                            frame.vals[v.index()] = Some(val);
+                        }
+                        None => self.drop_val(&val)?,
+                    }
+                }
+            }
+            Action::Sequence(kind) => self.sequence(cg, frame, node, *kind).await?,
+        }
+        Ok(())
+    }
+
+    /// The buffer of a dying input that output 0 can take over, if the plan allows and sizes fit.
+    fn in_place(&self, cg: &CompiledGraph, frame: &Frame, s: usize, bytes: u64) -> Option<(usize, ValueId)> {
+        cg.plan.in_place[s].iter().find_map(|&(_, v)| {
+            let Some(Val::Tensor(slot)) = &frame.vals[v.index()] else { return None };
+            let b = &self.bufs[slot.key];
+            (b.owned && !b.guarded && b.refs == 1 && b.buffer.size == bytes).then_some((slot.key, v))
+        })
+    }
+
+    async fn sequence(&mut self, cg: &CompiledGraph, frame: &mut Frame, node: &Node, kind: SequenceKind) -> Result<(), Error> {
+        let desc = node.desc();
+        let op_err = |source: OpError| Error::Op { node: desc.clone(), source };
+        let input = |i: usize| -> Result<Val, Error> {
+            let v = node.input(i).ok_or_else(|| op_err(OpError::MissingInput(i)))?;
+            frame.vals[v.index()].clone().ok_or_else(|| Error::Internal(format!("{desc}: input {i} is not live")))
+        };
+        let as_seq = |val: Val| match val {
+            Val::Seq(d, items) => Ok((d, items)),
+            Val::Tensor(_) => Err(op_err(OpError::Invalid("expected a sequence".into()))),
+        };
+        let as_tensor = |val: Val| match val {
+            Val::Tensor(s) => Ok(s),
+            Val::Seq(..) => Err(op_err(OpError::Invalid("expected a tensor".into()))),
+        };
+        let position = |len: usize, p: i64, allow_end: bool| -> Result<usize, Error> {
+            let limit = if allow_end { len + 1 } else { len } as i64;
+            let q = if p < 0 { p + len as i64 } else { p };
+            if (0..limit).contains(&q) {
+                Ok(q as usize)
+            } else {
+                Err(op_err(OpError::Shape(format!("position {p} is out of range for {len} elements"))))
+            }
+        };
+        let Some(out) = node.outputs.first().copied().flatten() else { return Ok(()) };
+        let result = match kind {
+            SequenceKind::Construct => {
+                let mut items = Vec::new();
+                for i in 0..node.inputs.len() {
+                    items.push(as_tensor(input(i)?)?);
+                }
+                let dtype = items.first().map(|s| s.dtype).unwrap_or(DType::F32);
+                Val::Seq(dtype, items)
+            }
+            SequenceKind::Empty(dtype) => Val::Seq(dtype, vec![]),
+            SequenceKind::At => {
+                let (_, items) = as_seq(input(0)?)?;
+                let p = self.scalar_input(cg, frame, node, 1).await?;
+                Val::Tensor(items[position(items.len(), p, false)?].clone())
+            }
+            SequenceKind::Length => {
+                let (_, items) = as_seq(input(0)?)?;
+                let key = self.alloc(8, 8, "a sequence length")?;
+                let buffer = self.bufs[key].buffer;
+                self.ep
+                    .upload(buffer, &(items.len() as i64).to_le_bytes())
+                    .map_err(|e| self.provider_err("writing a sequence length".into(), e))?;
+                frame.trace.allocated[out.index()] = Some(8);
+                Val::Tensor(Slot { key, dtype: DType::I64, shape: vec![] })
+            }
+            SequenceKind::Insert => {
+                let (d, mut items) = as_seq(input(0)?)?;
+                let t = as_tensor(input(1)?)?;
+                let at = match node.input(2) {
+                    Some(_) => position(items.len(), self.scalar_input(cg, frame, node, 2).await?, true)?,
+                    None => items.len(),
+                };
+                items.insert(at, t);
+                Val::Seq(d, items)
+            }
+            SequenceKind::Erase => {
+                let (d, mut items) = as_seq(input(0)?)?;
+                let at = match node.input(1) {
+                    Some(_) => position(items.len(), self.scalar_input(cg, frame, node, 1).await?, false)?,
+                    None if items.is_empty() => {
+                        return Err(op_err(OpError::Shape("cannot erase from an empty sequence".into())));
+                    }
+                    None => items.len() - 1,
+                };
+                items.remove(at);
+                Val::Seq(d, items)
+            }
+        };
+        // Elements of sequences are guarded: the sequence may hand them out later.
+        let guard = cg.plan.guard(out).is_some() || matches!(result, Val::Seq(..));
+        self.hold(&result, guard);
+        frame.vals[out.index()] = Some(result);
+        Ok(())
+    }
+
+    async fn scalar_input(&mut self, cg: &CompiledGraph, frame: &mut Frame, node: &Node, i: usize) -> Result<i64, Error> {
+        let v = node.input(i).ok_or_else(|| Error::Op { node: node.desc(), source: OpError::MissingInput(i) })?;
+        let t = self.host_value(cg, frame, v).await?;
+        match t.to_i64_vec().map_err(|e| Error::Op { node: node.desc(), source: e.into() })?.as_slice() {
+            [p] => Ok(*p),
+            _ => Err(Error::Op { node: node.desc(), source: OpError::Shape(format!("input {i} must be a scalar")) }),
+        }
+    }
+}
+
+fn common_shape(items: &[Slot]) -> Option<Shape> {
+    let first = items.first()?;
+    items.iter().all(|s| s.shape == first.shape).then(|| Shape::known(&first.shape))
+}
+
+/// The concrete dtype, dims and byte size of output `i`.
+fn concrete(node: &Node, facts: &[Fact], i: usize) -> Result<(DType, Vec<usize>, u64), Error> {
+    let err = |m: String| Error::Op { node: node.desc(), source: OpError::Shape(m) };
+    let f = facts.get(i).ok_or_else(|| err(format!("inference produced no fact for output {i}")))?;
+    let dims = f.dims().ok_or_else(|| err(format!("the shape of output {i} could not be determined")))?;
+    let bytes = f.dtype.byte_size(dims.iter().product()).ok_or_else(|| Error::Op {
+        node: node.desc(),
+        source: OpError::Unsupported(format!("{} tensors on a device", f.dtype)),
+    })?;
+    Ok((f.dtype, dims, bytes as u64))
+}
+
+fn check_input(name: &str, fact: &Fact, t: &TensorArg) -> Result<(), Error> {
+    let err = |reason: String| Error::Input { name: name.into(), reason };
+    if t.dtype != fact.dtype {
+        return Err(err(format!("expected dtype {}, got {}", fact.dtype, t.dtype)));
+    }
+    if let Some(shape) = &fact.shape {
+        if shape.rank() != t.shape.len() {
+            return Err(err(format!("expected shape {shape}, got {:?}", t.shape)));
+        }
+        for (d, &n) in shape.0.iter().zip(&t.shape) {
+            if d.known().is_some_and(|k| k != n) {
+                return Err(err(format!("expected shape {shape}, got {:?}", t.shape)));
+            }
+        }
+    }
+    let bytes = t.dtype.byte_size(t.numel()).unwrap_or(0) as u64;
+    if t.buffer.size < bytes {
+        return Err(err(format!("its buffer holds {} bytes, the tensor needs {bytes}", t.buffer.size)));
+    }
+    Ok(())
+}

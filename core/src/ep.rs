@@ -165,7 +165,8 @@ pub trait ExecutionProvider: MaybeSendSync {
     fn upload(&self, buffer: DeviceBuffer, data: &[u8]) -> Result<(), EpError>;
 
     /// Reads the first `len` bytes of a buffer back to the host, after all queued work.
-    fn download(&self, buffer: DeviceBuffer, len: usize) -> BoxFuture<'_, Result<Vec<u8>, EpError>>;
+    fn download(&self, buffer: DeviceBuffer, len: usize)
+    -> BoxFuture<'_, Result<Vec<u8>, EpError>>;
 
     /// Copies `len` bytes between two buffers of this provider, in queue order.
     ///

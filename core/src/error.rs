@@ -153,7 +153,9 @@ pub enum TensorLoadError {
         location: String,
     },
     /// External data lies beyond the end of its file.
-    #[error("external data [{offset}, {offset}+{length}) lies beyond the end of '{location}' ({file_len} bytes)")]
+    #[error(
+        "external data [{offset}, {offset}+{length}) lies beyond the end of '{location}' ({file_len} bytes)"
+    )]
     OutOfRange {
         /// File.
         location: String,

@@ -31,5 +31,7 @@ pub mod ops;
 pub mod plan;
 pub mod shape;
 pub mod tensor;
+#[cfg(test)]
+mod tests_support;
 
 pub use error::{Error, LoadError, OpError};

@@ -98,7 +98,11 @@ impl Tensor {
         let numel: usize = shape.iter().product();
         match dtype.byte_size(numel) {
             Some(n) => Tensor { dtype, shape, data: TensorData::Bytes(Bytes::from(vec![0u8; n])) },
-            None => Tensor { dtype, shape, data: TensorData::Strings(vec![String::new(); numel].into()) },
+            None => Tensor {
+                dtype,
+                shape,
+                data: TensorData::Strings(vec![String::new(); numel].into()),
+            },
         }
     }
 
@@ -282,6 +286,39 @@ pub fn unpack_int(bytes: &[u8], dtype: DType, i: usize) -> i64 {
     let bits = dtype.bits();
     let raw = packed_bits(bytes, dtype, i) as i64;
     if dtype.is_signed_int() && raw >> (bits - 1) & 1 == 1 { raw - (1 << bits) } else { raw }
+}
+
+/// A host value: what a graph input or output holds.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Value {
+    /// A tensor.
+    Tensor(Tensor),
+    /// A sequence of tensors of one dtype.
+    Sequence(DType, Vec<Tensor>),
+}
+
+impl Value {
+    /// The tensor, if this is one.
+    pub fn as_tensor(&self) -> Option<&Tensor> {
+        match self {
+            Value::Tensor(t) => Some(t),
+            Value::Sequence(..) => None,
+        }
+    }
+
+    /// The element dtype.
+    pub fn dtype(&self) -> DType {
+        match self {
+            Value::Tensor(t) => t.dtype(),
+            Value::Sequence(d, _) => *d,
+        }
+    }
+}
+
+impl From<Tensor> for Value {
+    fn from(t: Tensor) -> Self {
+        Value::Tensor(t)
+    }
 }
 
 #[cfg(test)]

@@ -111,12 +111,9 @@ pub struct CompileOptions<'a> {
 /// The static fact a declared type gives.
 pub fn declared_fact(t: &TypeInfo) -> Option<Fact> {
     match t {
-        TypeInfo::Tensor { dtype, shape } => Some(Fact {
-            dtype: *dtype,
-            shape: shape.clone(),
-            value: None,
-            sequence: false,
-        }),
+        TypeInfo::Tensor { dtype, shape } => {
+            Some(Fact { dtype: *dtype, shape: shape.clone(), value: None, sequence: false })
+        }
         TypeInfo::Sequence(Some(inner)) => match &**inner {
             TypeInfo::Tensor { dtype, shape } => Some(Fact::sequence_of(*dtype, shape.clone())),
             _ => None,
@@ -190,7 +187,8 @@ fn compile_inner(
             action: format!("uploading weight '{}'", graph.value(v).name),
             source,
         };
-        let buffer = ep.allocate(bytes.len() as u64, t.dtype().align() as u32).map_err(provider_err)?;
+        let buffer =
+            ep.allocate(bytes.len() as u64, t.dtype().align() as u32).map_err(provider_err)?;
         let arg = TensorArg { buffer, dtype: t.dtype(), shape: t.shape().to_vec() };
         weights.push((v, arg));
         ep.upload(buffer, bytes).map_err(provider_err)?;
@@ -244,8 +242,10 @@ fn compile_inner(
                     (None, None) => Fact::unranked(DType::F32),
                 })
                 .collect();
-            let action =
-                Action::If { then_branch: Box::new(then_branch), else_branch: Box::new(else_branch) };
+            let action = Action::If {
+                then_branch: Box::new(then_branch),
+                else_branch: Box::new(else_branch),
+            };
             (action, out)
         } else {
             let out = op
@@ -307,7 +307,10 @@ fn compile_inner(
         let node = &graph.nodes[n.index()];
         let out = node.outputs.first().copied().flatten();
         let inp = node.input(slot);
-        match (out.and_then(|o| facts[o.index()].as_ref()), inp.and_then(|i| facts[i.index()].as_ref())) {
+        match (
+            out.and_then(|o| facts[o.index()].as_ref()),
+            inp.and_then(|i| facts[i.index()].as_ref()),
+        ) {
             (Some(o), Some(i)) => o.dtype == i.dtype && !o.sequence && !i.sequence,
             _ => false,
         }

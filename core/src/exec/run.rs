@@ -227,7 +227,9 @@ impl<'a> Exec<'a> {
     fn device_value(&self, v: &Val) -> DeviceValue {
         match v {
             Val::Tensor(s) => DeviceValue::Tensor(self.arg(s)),
-            Val::Seq(d, items) => DeviceValue::Sequence(*d, items.iter().map(|s| self.arg(s)).collect()),
+            Val::Seq(d, items) => {
+                DeviceValue::Sequence(*d, items.iter().map(|s| self.arg(s)).collect())
+            }
         }
     }
 
@@ -251,7 +253,11 @@ impl<'a> Exec<'a> {
                 if let Some(f) = fact {
                     check_input(name, f, t)?;
                 }
-                Ok(Slot { key: self.adopt(t.buffer, false), dtype: t.dtype, shape: t.shape.clone() })
+                Ok(Slot {
+                    key: self.adopt(t.buffer, false),
+                    dtype: t.dtype,
+                    shape: t.shape.clone(),
+                })
             };
             let val = match input {
                 DeviceValue::Tensor(t) => Val::Tensor(slot_of(t)?),
@@ -290,7 +296,8 @@ impl<'a> Exec<'a> {
             }
             for (v, val) in bindings {
                 if cg.plan.guard(v) == Some(Guard::GraphInput) {
-                    frame.trace.allocated[v.index()] = Some(val.slots().iter().map(|s| self.bufs[s.key].buffer.size).sum());
+                    frame.trace.allocated[v.index()] =
+                        Some(val.slots().iter().map(|s| self.bufs[s.key].buffer.size).sum());
                 }
                 frame.vals[v.index()] = Some(val);
             }
@@ -337,7 +344,9 @@ impl<'a> Exec<'a> {
                 let (src, bytes) = (b.buffer, b.buffer.size);
                 let key = self.alloc(bytes, slot.dtype.align() as u32, "an output copy")?;
                 let dst = self.bufs[key].buffer;
-                self.ep.copy(src, dst, bytes).map_err(|e| self.provider_err("copying an output".into(), e))?;
+                self.ep
+                    .copy(src, dst, bytes)
+                    .map_err(|e| self.provider_err("copying an output".into(), e))?;
                 frame.trace.output_copies += bytes;
                 let old = Val::Tensor(slot.clone());
                 slot.key = key;
@@ -348,7 +357,12 @@ impl<'a> Exec<'a> {
         Ok(outs)
     }
 
-    async fn host_value(&mut self, cg: &CompiledGraph, frame: &mut Frame, v: ValueId) -> Result<Tensor, Error> {
+    async fn host_value(
+        &mut self,
+        cg: &CompiledGraph,
+        frame: &mut Frame,
+        v: ValueId,
+    ) -> Result<Tensor, Error> {
         if let Some(t) = frame.host.get(&v) {
             return Ok(t.clone());
         }
@@ -356,18 +370,19 @@ impl<'a> Exec<'a> {
             return Ok(t);
         }
         let Some(Val::Tensor(slot)) = frame.vals[v.index()].clone() else {
-            return Err(Error::Internal(format!("value '{}' is not a live tensor", cg.graph.value(v).name)));
+            return Err(Error::Internal(format!(
+                "value '{}' is not a live tensor",
+                cg.graph.value(v).name
+            )));
         };
         let numel: usize = slot.shape.iter().product();
         let len = slot.dtype.byte_size(numel).ok_or_else(|| {
             Error::Internal("string tensors cannot be read back from a device".into())
         })?;
         let buffer = self.bufs[slot.key].buffer;
-        let bytes = self
-            .ep
-            .download(buffer, len)
-            .await
-            .map_err(|e| self.provider_err(format!("reading '{}' back", cg.graph.value(v).name), e))?;
+        let bytes = self.ep.download(buffer, len).await.map_err(|e| {
+            self.provider_err(format!("reading '{}' back", cg.graph.value(v).name), e)
+        })?;
         let t = Tensor::from_bytes(slot.dtype, slot.shape, bytes.into())
             .map_err(|e| Error::Internal(e.to_string()))?;
         frame.host.insert(v, t.clone());
@@ -416,14 +431,22 @@ impl<'a> Exec<'a> {
         Ok((args, facts))
     }
 
-    async fn step(&mut self, cg: &CompiledGraph, frame: &mut Frame, s: usize, step: &Step) -> Result<(), Error> {
+    async fn step(
+        &mut self,
+        cg: &CompiledGraph,
+        frame: &mut Frame,
+        s: usize,
+        step: &Step,
+    ) -> Result<(), Error> {
         let node = &cg.graph.nodes[step.node.index()];
         let op_err = |source: OpError| Error::Op { node: node.desc(), source };
         match &step.action {
             Action::Kernel(kernel) => {
                 let (args, facts) = self.gather(cg, frame, node, step).await?;
                 if let Some(i) = facts.iter().position(|f| f.as_ref().is_some_and(|f| f.sequence)) {
-                    return Err(op_err(OpError::Invalid(format!("input {i} is a sequence, expected a tensor"))));
+                    return Err(op_err(OpError::Invalid(format!(
+                        "input {i} is a sequence, expected a tensor"
+                    ))));
                 }
                 let out_facts = step.op.infer(&InferInputs::new(&facts)).map_err(op_err)?;
                 let mut new_vals: Vec<(ValueId, Val)> = Vec::new();
@@ -434,14 +457,22 @@ impl<'a> Exec<'a> {
                         continue;
                     };
                     let (dtype, dims, bytes) = concrete(node, &out_facts, i)?;
-                    let reuse = if i == 0 && self.release { self.in_place(cg, frame, s, bytes) } else { None };
+                    let reuse = if i == 0 && self.release {
+                        self.in_place(cg, frame, s, bytes)
+                    } else {
+                        None
+                    };
                     let key = match reuse {
                         Some((key, src)) => {
                             frame.trace.in_place[s] = Some(src);
                             key
                         }
                         None => {
-                            let key = self.alloc(bytes, dtype.align() as u32, &format!("output {i} of {}", node.desc()))?;
+                            let key = self.alloc(
+                                bytes,
+                                dtype.align() as u32,
+                                &format!("output {i} of {}", node.desc()),
+                            )?;
                             frame.trace.allocated[v.index()] = Some(bytes);
                             key
                         }
@@ -460,9 +491,25 @@ impl<'a> Exec<'a> {
                 for (v, val) in new_vals {
                     frame.vals[v.index()] = Some(val);
                 }
-                launched.map_err(|source| Error::Kernel { node: node.desc(), backend: self.ep.name(), source })?;
+                launched.map_err(|source| Error::Kernel {
+                    node: node.desc(),
+                    backend: self.ep.name(),
+                    source,
+                })?;
             }
             Action::View(slot) => {
+                // Identity also passes sequences through: same handles, one more reference.
+                if let (Some(Val::Seq(..)), Some(v)) = (
+                    node.input(*slot).and_then(|v| frame.vals[v.index()].clone()),
+                    node.outputs.first().copied().flatten(),
+                ) {
+                    let val = frame.vals[node.input(*slot).expect("checked").index()]
+                        .clone()
+                        .expect("checked");
+                    self.hold(&val, true);
+                    frame.vals[v.index()] = Some(val);
+                    return Ok(());
+                }
                 let (_, facts) = self.gather(cg, frame, node, step).await?;
                 let out_facts = step.op.infer(&InferInputs::new(&facts)).map_err(op_err)?;
                 let src = node.input(*slot).and_then(|v| frame.vals[v.index()].clone());
@@ -472,7 +519,10 @@ impl<'a> Exec<'a> {
                 if let Some(v) = node.outputs.first().copied().flatten() {
                     let (dtype, dims, bytes) = concrete(node, &out_facts, 0)?;
                     if bytes != self.bufs[src.key].buffer.size || dtype != src.dtype {
-                        return Err(Error::Internal(format!("{}: a view must keep the byte size", node.desc())));
+                        return Err(Error::Internal(format!(
+                            "{}: a view must keep the byte size",
+                            node.desc()
+                        )));
                     }
                     let val = Val::Tensor(Slot { key: src.key, dtype, shape: dims });
                     self.hold(&val, cg.plan.guard(v).is_some());
@@ -489,26 +539,32 @@ impl<'a> Exec<'a> {
                 let (branch, name) = match cond.as_slice() {
                     [c] if *c != 0 => (then_branch, "then_branch"),
                     [_] => (else_branch, "else_branch"),
-                    _ => return Err(op_err(OpError::Shape("the If condition must hold one element".into()))),
+                    _ => {
+                        return Err(op_err(OpError::Shape(
+                            "the If condition must hold one element".into(),
+                        )));
+                    }
                 };
                 let mut bindings = Vec::with_capacity(branch.captures.len());
                 for (inner, outer) in &branch.captures {
                     let val = frame.vals[outer.index()].clone().ok_or_else(|| {
-                        Error::Internal(format!("captured '{}' is not live", cg.graph.value(*outer).name))
+                        Error::Internal(format!(
+                            "captured '{}' is not live",
+                            cg.graph.value(*outer).name
+                        ))
                     })?;
                     self.hold(&val, true);
                     bindings.push((*inner, val));
                 }
-                let (outs, figures) = self.run_graph(branch, bindings).await.map_err(|e| Error::Subgraph {
-                    node: node.desc(),
-                    branch: name.into(),
-                    source: Box::new(e),
+                let (outs, figures) = self.run_graph(branch, bindings).await.map_err(|e| {
+                    Error::Subgraph { node: node.desc(), branch: name.into(), source: Box::new(e) }
                 })?;
                 frame.trace.inner[s] = Some(figures);
                 for (o, val) in node.outputs.iter().zip(outs) {
                     match o {
                         Some(v) => {
-                            let bytes: u64 = val.slots().iter().map(|x| self.bufs[x.key].buffer.size).sum();
+                            let bytes: u64 =
+                                val.slots().iter().map(|x| self.bufs[x.key].buffer.size).sum();
                             frame.trace.allocated[v.index()] = Some(bytes);
                             if cg.plan.guard(*v).is_some() {
                                 for x in val.slots() {
@@ -527,20 +583,35 @@ impl<'a> Exec<'a> {
     }
 
     /// The buffer of a dying input that output 0 can take over, if the plan allows and sizes fit.
-    fn in_place(&self, cg: &CompiledGraph, frame: &Frame, s: usize, bytes: u64) -> Option<(usize, ValueId)> {
+    fn in_place(
+        &self,
+        cg: &CompiledGraph,
+        frame: &Frame,
+        s: usize,
+        bytes: u64,
+    ) -> Option<(usize, ValueId)> {
         cg.plan.in_place[s].iter().find_map(|&(_, v)| {
             let Some(Val::Tensor(slot)) = &frame.vals[v.index()] else { return None };
             let b = &self.bufs[slot.key];
-            (b.owned && !b.guarded && b.refs == 1 && b.buffer.size == bytes).then_some((slot.key, v))
+            (b.owned && !b.guarded && b.refs == 1 && b.buffer.size == bytes)
+                .then_some((slot.key, v))
         })
     }
 
-    async fn sequence(&mut self, cg: &CompiledGraph, frame: &mut Frame, node: &Node, kind: SequenceKind) -> Result<(), Error> {
+    async fn sequence(
+        &mut self,
+        cg: &CompiledGraph,
+        frame: &mut Frame,
+        node: &Node,
+        kind: SequenceKind,
+    ) -> Result<(), Error> {
         let desc = node.desc();
         let op_err = |source: OpError| Error::Op { node: desc.clone(), source };
         let input = |i: usize| -> Result<Val, Error> {
             let v = node.input(i).ok_or_else(|| op_err(OpError::MissingInput(i)))?;
-            frame.vals[v.index()].clone().ok_or_else(|| Error::Internal(format!("{desc}: input {i} is not live")))
+            frame.vals[v.index()]
+                .clone()
+                .ok_or_else(|| Error::Internal(format!("{desc}: input {i} is not live")))
         };
         let as_seq = |val: Val| match val {
             Val::Seq(d, items) => Ok((d, items)),
@@ -556,7 +627,9 @@ impl<'a> Exec<'a> {
             if (0..limit).contains(&q) {
                 Ok(q as usize)
             } else {
-                Err(op_err(OpError::Shape(format!("position {p} is out of range for {len} elements"))))
+                Err(op_err(OpError::Shape(format!(
+                    "position {p} is out of range for {len} elements"
+                ))))
             }
         };
         let Some(out) = node.outputs.first().copied().flatten() else { return Ok(()) };
@@ -589,7 +662,9 @@ impl<'a> Exec<'a> {
                 let (d, mut items) = as_seq(input(0)?)?;
                 let t = as_tensor(input(1)?)?;
                 let at = match node.input(2) {
-                    Some(_) => position(items.len(), self.scalar_input(cg, frame, node, 2).await?, true)?,
+                    Some(_) => {
+                        position(items.len(), self.scalar_input(cg, frame, node, 2).await?, true)?
+                    }
                     None => items.len(),
                 };
                 items.insert(at, t);
@@ -598,9 +673,13 @@ impl<'a> Exec<'a> {
             SequenceKind::Erase => {
                 let (d, mut items) = as_seq(input(0)?)?;
                 let at = match node.input(1) {
-                    Some(_) => position(items.len(), self.scalar_input(cg, frame, node, 1).await?, false)?,
+                    Some(_) => {
+                        position(items.len(), self.scalar_input(cg, frame, node, 1).await?, false)?
+                    }
                     None if items.is_empty() => {
-                        return Err(op_err(OpError::Shape("cannot erase from an empty sequence".into())));
+                        return Err(op_err(OpError::Shape(
+                            "cannot erase from an empty sequence".into(),
+                        )));
                     }
                     None => items.len() - 1,
                 };
@@ -615,12 +694,27 @@ impl<'a> Exec<'a> {
         Ok(())
     }
 
-    async fn scalar_input(&mut self, cg: &CompiledGraph, frame: &mut Frame, node: &Node, i: usize) -> Result<i64, Error> {
-        let v = node.input(i).ok_or_else(|| Error::Op { node: node.desc(), source: OpError::MissingInput(i) })?;
+    async fn scalar_input(
+        &mut self,
+        cg: &CompiledGraph,
+        frame: &mut Frame,
+        node: &Node,
+        i: usize,
+    ) -> Result<i64, Error> {
+        let v = node
+            .input(i)
+            .ok_or_else(|| Error::Op { node: node.desc(), source: OpError::MissingInput(i) })?;
         let t = self.host_value(cg, frame, v).await?;
-        match t.to_i64_vec().map_err(|e| Error::Op { node: node.desc(), source: e.into() })?.as_slice() {
+        match t
+            .to_i64_vec()
+            .map_err(|e| Error::Op { node: node.desc(), source: e.into() })?
+            .as_slice()
+        {
             [p] => Ok(*p),
-            _ => Err(Error::Op { node: node.desc(), source: OpError::Shape(format!("input {i} must be a scalar")) }),
+            _ => Err(Error::Op {
+                node: node.desc(),
+                source: OpError::Shape(format!("input {i} must be a scalar")),
+            }),
         }
     }
 }
@@ -633,8 +727,10 @@ fn common_shape(items: &[Slot]) -> Option<Shape> {
 /// The concrete dtype, dims and byte size of output `i`.
 fn concrete(node: &Node, facts: &[Fact], i: usize) -> Result<(DType, Vec<usize>, u64), Error> {
     let err = |m: String| Error::Op { node: node.desc(), source: OpError::Shape(m) };
-    let f = facts.get(i).ok_or_else(|| err(format!("inference produced no fact for output {i}")))?;
-    let dims = f.dims().ok_or_else(|| err(format!("the shape of output {i} could not be determined")))?;
+    let f =
+        facts.get(i).ok_or_else(|| err(format!("inference produced no fact for output {i}")))?;
+    let dims =
+        f.dims().ok_or_else(|| err(format!("the shape of output {i} could not be determined")))?;
     let bytes = f.dtype.byte_size(dims.iter().product()).ok_or_else(|| Error::Op {
         node: node.desc(),
         source: OpError::Unsupported(format!("{} tensors on a device", f.dtype)),
@@ -659,7 +755,10 @@ fn check_input(name: &str, fact: &Fact, t: &TensorArg) -> Result<(), Error> {
     }
     let bytes = t.dtype.byte_size(t.numel()).unwrap_or(0) as u64;
     if t.buffer.size < bytes {
-        return Err(err(format!("its buffer holds {} bytes, the tensor needs {bytes}", t.buffer.size)));
+        return Err(err(format!(
+            "its buffer holds {} bytes, the tensor needs {bytes}",
+            t.buffer.size
+        )));
     }
     Ok(())
 }

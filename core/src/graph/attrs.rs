@@ -57,7 +57,10 @@ impl Attribute {
 pub struct Attributes(pub Vec<(String, Attribute)>);
 
 fn wrong(name: &str, want: &str, got: &Attribute) -> OpError {
-    OpError::BadAttribute { name: name.into(), reason: format!("expected {want}, found {}", got.kind()) }
+    OpError::BadAttribute {
+        name: name.into(),
+        reason: format!("expected {want}, found {}", got.kind()),
+    }
 }
 
 macro_rules! getter {
@@ -156,7 +159,10 @@ mod tests {
 
     #[test]
     fn typed_getters_apply_defaults_and_reject_wrong_types() {
-        let a = Attributes(vec![("axis".into(), Attribute::Int(2)), ("alpha".into(), Attribute::Float(0.5))]);
+        let a = Attributes(vec![
+            ("axis".into(), Attribute::Int(2)),
+            ("alpha".into(), Attribute::Float(0.5)),
+        ]);
         assert_eq!(a.int_or("axis", -1).unwrap(), 2);
         assert_eq!(a.int_or("missing", -1).unwrap(), -1);
         assert_eq!(a.float_or("alpha", 1.0).unwrap(), 0.5);

@@ -190,11 +190,18 @@ impl Ctx<'_> {
                 return Err(LoadError::MissingOpset { node: name, domain });
             }
             None => {
-                log::warn!("node '{name}' uses domain '{domain}' without an opset import; assuming 1");
+                log::warn!(
+                    "node '{name}' uses domain '{domain}' without an opset import; assuming 1"
+                );
                 1
             }
         };
-        let desc = NodeDesc { name: name.clone(), op_type: op_type.clone(), domain: domain.clone(), opset };
+        let desc = NodeDesc {
+            name: name.clone(),
+            op_type: op_type.clone(),
+            domain: domain.clone(),
+            opset,
+        };
 
         let mut inputs = Vec::with_capacity(n.input.len());
         for (i, input) in n.input.iter().enumerate() {
@@ -248,9 +255,10 @@ impl Ctx<'_> {
         let attrs = Attributes(attrs);
 
         if op_type == "Constant" && domain == DEFAULT_DOMAIN {
-            let out = outputs.first().copied().flatten().ok_or_else(|| {
-                LoadError::Invalid(format!("{desc}: Constant without an output"))
-            })?;
+            let out =
+                outputs.first().copied().flatten().ok_or_else(|| {
+                    LoadError::Invalid(format!("{desc}: Constant without an output"))
+                })?;
             let value = constant_value(&attrs).map_err(|reason| LoadError::Attribute {
                 node: desc.clone(),
                 attribute: "value".into(),
@@ -297,7 +305,8 @@ impl Ctx<'_> {
             AT::Int => Attribute::Int(a.i.unwrap_or_default()),
             AT::String => Attribute::String(string(a.s.as_deref().unwrap_or_default())),
             AT::Tensor => Attribute::Tensor(tensor_from_proto(
-                a.t.as_ref().ok_or_else(|| LoadError::Invalid("tensor attribute is empty".into()))?,
+                a.t.as_ref()
+                    .ok_or_else(|| LoadError::Invalid("tensor attribute is empty".into()))?,
                 self.external,
             )?),
             AT::SparseTensor => Attribute::Tensor(sparse_to_dense(
@@ -337,7 +346,9 @@ impl Ctx<'_> {
                 }
                 Attribute::Graphs(gs)
             }
-            AT::TypeProtos => Attribute::Types(a.type_protos.iter().filter_map(type_info).collect()),
+            AT::TypeProtos => {
+                Attribute::Types(a.type_protos.iter().filter_map(type_info).collect())
+            }
             AT::Undefined => return Err(LoadError::Invalid("attribute has no value".into()).into()),
         })
     }
@@ -398,8 +409,9 @@ fn constant_value(attrs: &Attributes) -> Result<Tensor, String> {
     let t = match (name, attr) {
         ("value" | "sparse_value", Attribute::Tensor(t)) => t.clone(),
         ("value_float", Attribute::Float(f)) => Tensor::scalar(*f),
-        ("value_floats", Attribute::Floats(f)) => Tensor::from_vec(vec![f.len()], f.clone())
-            .map_err(|e| e.to_string())?,
+        ("value_floats", Attribute::Floats(f)) => {
+            Tensor::from_vec(vec![f.len()], f.clone()).map_err(|e| e.to_string())?
+        }
         ("value_int", Attribute::Int(i)) => Tensor::scalar(*i),
         ("value_ints", Attribute::Ints(i)) => {
             Tensor::from_vec(vec![i.len()], i.clone()).map_err(|e| e.to_string())?

@@ -14,7 +14,10 @@ const EXTERNAL: i32 = pb::tensor_proto::DataLocation::External as i32;
 ///
 /// # Errors
 /// [`LoadError::Tensor`] naming the tensor and what is wrong with it.
-pub fn tensor_from_proto(t: &pb::TensorProto, external: &dyn ExternalData) -> Result<Tensor, LoadError> {
+pub fn tensor_from_proto(
+    t: &pb::TensorProto,
+    external: &dyn ExternalData,
+) -> Result<Tensor, LoadError> {
     let name = t.name.clone().unwrap_or_default();
     convert(t, external).map_err(|source| LoadError::Tensor { name, source })
 }
@@ -41,7 +44,8 @@ fn convert(t: &pb::TensorProto, external: &dyn ExternalData) -> Result<Tensor, T
         if t.string_data.len() != numel {
             return Err(TensorLoadError::Length { expected: numel, actual: t.string_data.len() });
         }
-        let strings = t.string_data.iter().map(|s| String::from_utf8_lossy(s).into_owned()).collect();
+        let strings =
+            t.string_data.iter().map(|s| String::from_utf8_lossy(s).into_owned()).collect();
         return Ok(Tensor::from_strings(shape, strings)?);
     }
     let byte_len = dtype.byte_size(numel).expect("non-string dtypes have a byte size");
@@ -75,7 +79,9 @@ fn read_external(
         let key = kv.key.as_deref().unwrap_or("");
         let value = kv.value.as_deref().unwrap_or("");
         let parse = |v: &str| {
-            v.trim().parse::<u64>().map_err(|_| TensorLoadError::ExternalEntry(format!("{key}={v}")))
+            v.trim()
+                .parse::<u64>()
+                .map_err(|_| TensorLoadError::ExternalEntry(format!("{key}={v}")))
         };
         match key {
             "location" => location = Some(value.to_string()),
@@ -148,7 +154,8 @@ pub fn sparse_to_dense(
     let values_proto = s.values.as_ref().ok_or_else(|| sparse_err("", "no values"))?;
     let name = values_proto.name.clone().unwrap_or_default();
     let values = tensor_from_proto(values_proto, external)?;
-    let shape = dims_of(&s.dims).map_err(|source| LoadError::Tensor { name: name.clone(), source })?;
+    let shape =
+        dims_of(&s.dims).map_err(|source| LoadError::Tensor { name: name.clone(), source })?;
     let nnz = values.numel();
     let indices = match &s.indices {
         Some(i) => tensor_from_proto(i, external)?.to_i64_vec().map_err(|e| LoadError::Tensor {
@@ -160,7 +167,10 @@ pub fn sparse_to_dense(
     let dtype = values.dtype();
     let elem = dtype.bits() / 8;
     if elem == 0 || !dtype.is_byte_aligned() {
-        return Err(sparse_err(&name, "sparse tensors of packed or string types are not supported"));
+        return Err(sparse_err(
+            &name,
+            "sparse tensors of packed or string types are not supported",
+        ));
     }
     let numel: usize = shape.iter().product();
     let strides = crate::shape::strides(&shape);
@@ -252,7 +262,8 @@ mod tests {
         values.float_data = vec![5.0, 7.0];
         let mut idx = proto(DType::I64, &[2, 2]);
         idx.int64_data = vec![0, 1, 1, 2];
-        let s = pb::SparseTensorProto { values: Some(values), indices: Some(idx), dims: vec![2, 3] };
+        let s =
+            pb::SparseTensorProto { values: Some(values), indices: Some(idx), dims: vec![2, 3] };
         let t = sparse_to_dense(&s, &NoExternalData).unwrap();
         assert_eq!(t.to_vec::<f32>().unwrap(), vec![0.0, 5.0, 0.0, 0.0, 0.0, 7.0]);
     }

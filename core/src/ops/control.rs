@@ -22,7 +22,10 @@ pub struct If {
 pub fn merge_facts(a: &Fact, b: &Fact) -> Fact {
     let shape = match (&a.shape, &b.shape) {
         (Some(x), Some(y)) if x.rank() == y.rank() => Some(Shape(
-            x.0.iter().zip(&y.0).map(|(p, q)| if p == q { p.clone() } else { Dim::Unknown }).collect(),
+            x.0.iter()
+                .zip(&y.0)
+                .map(|(p, q)| if p == q { p.clone() } else { Dim::Unknown })
+                .collect(),
         )),
         _ => None,
     };
@@ -61,7 +64,9 @@ impl Op for If {
             .map(|(i, (a, b))| match (a, b) {
                 (Some(a), Some(b)) => Ok(merge_facts(a, b)),
                 (Some(f), None) | (None, Some(f)) => Ok(Fact::unranked(f.dtype)),
-                (None, None) => Err(OpError::Invalid(format!("If output {i} has no declared type"))),
+                (None, None) => {
+                    Err(OpError::Invalid(format!("If output {i} has no declared type")))
+                }
             })
             .collect()
     }
@@ -77,7 +82,11 @@ pub fn register_all(r: &mut OpRegistry) {
             if g.outputs.len() != n.outputs.len() {
                 return Err(OpError::BadAttribute {
                     name: name.into(),
-                    reason: format!("has {} outputs, the node {}", g.outputs.len(), n.outputs.len()),
+                    reason: format!(
+                        "has {} outputs, the node {}",
+                        g.outputs.len(),
+                        n.outputs.len()
+                    ),
                 });
             }
         }

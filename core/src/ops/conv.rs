@@ -171,7 +171,8 @@ impl Window {
                 }
                 AutoPad::SameUpper | AutoPad::SameLower => {
                     output[i] = input[i].div_ceil(strides[i]);
-                    let total = ((output[i].max(1) - 1) * strides[i] + eff).saturating_sub(input[i]);
+                    let total =
+                        ((output[i].max(1) - 1) * strides[i] + eff).saturating_sub(input[i]);
                     let small = total / 2;
                     let (b, e) = if self.auto_pad == AutoPad::SameUpper {
                         (small, total - small)
@@ -226,7 +227,9 @@ impl Op for Conv {
             return Ok(vec![Fact::unranked(x.dtype)]);
         };
         if sx.rank() < 3 || sw.rank() != sx.rank() {
-            return Err(OpError::Shape(format!("Conv needs X [N,C,…] and W of the same rank, got {sx} and {sw}")));
+            return Err(OpError::Shape(format!(
+                "Conv needs X [N,C,…] and W of the same rank, got {sx} and {sw}"
+            )));
         }
         if let (Some(c), Some(wc)) = (sx.0[1].known(), sw.0[1].known()) {
             if c != wc * self.group {
@@ -318,7 +321,10 @@ pub fn register_all(r: &mut OpRegistry) {
         check_inputs(n, 2, 3)?;
         let group = n.attrs.int_or("group", 1)?;
         if group < 1 {
-            return Err(OpError::BadAttribute { name: "group".into(), reason: format!("{group} < 1") });
+            return Err(OpError::BadAttribute {
+                name: "group".into(),
+                reason: format!("{group} < 1"),
+            });
         }
         Ok(Box::new(Conv { window: Window::parse(n)?, group: group as usize }))
     });
@@ -332,7 +338,9 @@ pub fn register_all(r: &mut OpRegistry) {
             let kind = if max {
                 PoolKind::Max
             } else {
-                PoolKind::Average { count_include_pad: n.attrs.flag_or("count_include_pad", false)? }
+                PoolKind::Average {
+                    count_include_pad: n.attrs.flag_or("count_include_pad", false)?,
+                }
             };
             Ok(Box::new(Pool { kind, window, storage_order: n.attrs.int_or("storage_order", 0)? }))
         });

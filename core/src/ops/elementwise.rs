@@ -178,10 +178,7 @@ impl BinaryKind {
     /// Whether the result is boolean.
     pub fn is_predicate(self) -> bool {
         use BinaryKind::*;
-        matches!(
-            self,
-            And | Or | Xor | Equal | Less | Greater | LessOrEqual | GreaterOrEqual
-        )
+        matches!(self, And | Or | Xor | Equal | Less | Greater | LessOrEqual | GreaterOrEqual)
     }
 }
 
@@ -327,16 +324,69 @@ impl Op for Where {
 }
 
 const UNARY: &[&str] = &[
-    "Abs", "Neg", "Exp", "Log", "Sqrt", "Reciprocal", "Floor", "Ceil", "Round", "Sign", "Sin",
-    "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "Relu",
-    "Sigmoid", "Tanh", "Erf", "Softplus", "Softsign", "Not", "BitwiseNot", "IsNaN", "IsInf",
-    "LeakyRelu", "Elu", "Selu", "HardSigmoid", "HardSwish", "Celu", "ThresholdedRelu", "Mish",
-    "Gelu", "Shrink",
+    "Abs",
+    "Neg",
+    "Exp",
+    "Log",
+    "Sqrt",
+    "Reciprocal",
+    "Floor",
+    "Ceil",
+    "Round",
+    "Sign",
+    "Sin",
+    "Cos",
+    "Tan",
+    "Asin",
+    "Acos",
+    "Atan",
+    "Sinh",
+    "Cosh",
+    "Asinh",
+    "Acosh",
+    "Atanh",
+    "Relu",
+    "Sigmoid",
+    "Tanh",
+    "Erf",
+    "Softplus",
+    "Softsign",
+    "Not",
+    "BitwiseNot",
+    "IsNaN",
+    "IsInf",
+    "LeakyRelu",
+    "Elu",
+    "Selu",
+    "HardSigmoid",
+    "HardSwish",
+    "Celu",
+    "ThresholdedRelu",
+    "Mish",
+    "Gelu",
+    "Shrink",
 ];
 
 const BINARY: &[&str] = &[
-    "Add", "Sub", "Mul", "Div", "Pow", "Mod", "And", "Or", "Xor", "Equal", "Less", "Greater",
-    "LessOrEqual", "GreaterOrEqual", "BitShift", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "PRelu",
+    "Add",
+    "Sub",
+    "Mul",
+    "Div",
+    "Pow",
+    "Mod",
+    "And",
+    "Or",
+    "Xor",
+    "Equal",
+    "Less",
+    "Greater",
+    "LessOrEqual",
+    "GreaterOrEqual",
+    "BitShift",
+    "BitwiseAnd",
+    "BitwiseOr",
+    "BitwiseXor",
+    "PRelu",
 ];
 
 /// Registers the elementwise family.
@@ -367,7 +417,10 @@ pub fn register_all(r: &mut OpRegistry) {
     r.register("Clip", |n| {
         check_inputs(n, 1, 3)?;
         Ok(Box::new(if n.opset < 11 {
-            Clip { min: Some(n.attrs.float_or("min", f32::MIN)?), max: Some(n.attrs.float_or("max", f32::MAX)?) }
+            Clip {
+                min: Some(n.attrs.float_or("min", f32::MIN)?),
+                max: Some(n.attrs.float_or("max", f32::MAX)?),
+            }
         } else {
             Clip { min: None, max: None }
         }))

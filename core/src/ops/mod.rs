@@ -118,12 +118,9 @@ impl OpRegistry {
     /// # Errors
     /// [`OpError::UnknownOp`] when nothing is registered; the builder's error otherwise.
     pub fn build(&self, node: &Node) -> Result<Box<dyn Op>, OpError> {
-        let builder = self
-            .builders
-            .get(&(node.domain.clone(), node.op_type.clone()))
-            .ok_or_else(|| OpError::UnknownOp {
-                domain: node.domain.clone(),
-                op_type: node.op_type.clone(),
+        let builder =
+            self.builders.get(&(node.domain.clone(), node.op_type.clone())).ok_or_else(|| {
+                OpError::UnknownOp { domain: node.domain.clone(), op_type: node.op_type.clone() }
             })?;
         builder(node)
     }

@@ -36,8 +36,9 @@ impl Softmax {
     /// [`OpError::Shape`] when the axis is out of range.
     pub fn layout(&self, dims: &[usize]) -> Result<(usize, usize, usize), OpError> {
         let rank = dims.len().max(1);
-        let axis = normalize_axis(self.axis, rank)
-            .ok_or_else(|| OpError::Shape(format!("axis {} out of range for rank {rank}", self.axis)))?;
+        let axis = normalize_axis(self.axis, rank).ok_or_else(|| {
+            OpError::Shape(format!("axis {} out of range for rank {rank}", self.axis))
+        })?;
         let axis = axis.min(dims.len());
         let outer: usize = dims[..axis].iter().product();
         if self.coerce_2d {
@@ -53,8 +54,9 @@ impl Op for Softmax {
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<Fact>, OpError> {
         let x = inputs.get(0)?;
         if let Some(r) = x.rank() {
-            normalize_axis(self.axis, r.max(1))
-                .ok_or_else(|| OpError::Shape(format!("axis {} out of range for rank {r}", self.axis)))?;
+            normalize_axis(self.axis, r.max(1)).ok_or_else(|| {
+                OpError::Shape(format!("axis {} out of range for rank {r}", self.axis))
+            })?;
         }
         Ok(vec![x.with_dtype(x.dtype)])
     }
@@ -81,8 +83,9 @@ impl LayerNorm {
     /// # Errors
     /// [`OpError::Shape`] when out of range.
     pub fn axis(&self, rank: usize) -> Result<usize, OpError> {
-        normalize_axis(self.axis, rank)
-            .ok_or_else(|| OpError::Shape(format!("axis {} out of range for rank {rank}", self.axis)))
+        normalize_axis(self.axis, rank).ok_or_else(|| {
+            OpError::Shape(format!("axis {} out of range for rank {rank}", self.axis))
+        })
     }
 }
 
@@ -90,7 +93,11 @@ impl Op for LayerNorm {
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<Fact>, OpError> {
         let x = inputs.get(0)?;
         let Some(sx) = &x.shape else {
-            return Ok(vec![x.clone(), Fact::unranked(self.stash_type), Fact::unranked(self.stash_type)]);
+            return Ok(vec![
+                x.clone(),
+                Fact::unranked(self.stash_type),
+                Fact::unranked(self.stash_type),
+            ]);
         };
         let axis = self.axis(sx.rank())?;
         let mut stat = sx.0[..axis].to_vec();
@@ -154,9 +161,13 @@ pub fn register_all(r: &mut OpRegistry) {
     r.register("LayerNormalization", |n| {
         check_inputs(n, 2, 3)?;
         let stash = n.attrs.int_or("stash_type", 1)?;
-        let stash_type = DType::from_onnx(stash as i32).filter(|d| d.is_float()).ok_or_else(|| {
-            OpError::BadAttribute { name: "stash_type".into(), reason: format!("{stash} is not a float type") }
-        })?;
+        let stash_type =
+            DType::from_onnx(stash as i32).filter(|d| d.is_float()).ok_or_else(|| {
+                OpError::BadAttribute {
+                    name: "stash_type".into(),
+                    reason: format!("{stash} is not a float type"),
+                }
+            })?;
         Ok(Box::new(LayerNorm {
             axis: n.attrs.int_or("axis", -1)?,
             epsilon: n.attrs.float_or("epsilon", 1e-5)?,
@@ -165,7 +176,8 @@ pub fn register_all(r: &mut OpRegistry) {
     });
     r.register("BatchNormalization", |n| {
         check_inputs(n, 5, 5)?;
-        if n.attrs.flag_or("training_mode", false)? || n.outputs.iter().skip(1).any(Option::is_some) {
+        if n.attrs.flag_or("training_mode", false)? || n.outputs.iter().skip(1).any(Option::is_some)
+        {
             return Err(OpError::Unsupported("BatchNormalization in training mode".into()));
         }
         Ok(Box::new(BatchNorm { epsilon: n.attrs.float_or("epsilon", 1e-5)? }))

@@ -47,10 +47,19 @@ impl Op for SequenceOp {
         Ok(vec![match self.kind {
             SequenceKind::Construct => {
                 let first = inputs.get(0)?;
-                if let Some((i, f)) = inputs.present().enumerate().find(|(_, f)| f.dtype != first.dtype) {
-                    return Err(OpError::InputDType { index: i, dtype: f.dtype, expected: first.dtype.to_string() });
+                if let Some((i, f)) =
+                    inputs.present().enumerate().find(|(_, f)| f.dtype != first.dtype)
+                {
+                    return Err(OpError::InputDType {
+                        index: i,
+                        dtype: f.dtype,
+                        expected: first.dtype.to_string(),
+                    });
                 }
-                Fact::sequence_of(first.dtype, common_shape(inputs.present().map(|f| f.shape.as_ref())))
+                Fact::sequence_of(
+                    first.dtype,
+                    common_shape(inputs.present().map(|f| f.shape.as_ref())),
+                )
             }
             SequenceKind::Empty(dtype) => Fact::sequence_of(dtype, None),
             SequenceKind::At => {
@@ -64,7 +73,11 @@ impl Op for SequenceOp {
             SequenceKind::Insert => {
                 let (s, t) = (seq(0)?, inputs.get(1)?);
                 if s.dtype != t.dtype {
-                    return Err(OpError::InputDType { index: 1, dtype: t.dtype, expected: s.dtype.to_string() });
+                    return Err(OpError::InputDType {
+                        index: 1,
+                        dtype: t.dtype,
+                        expected: s.dtype.to_string(),
+                    });
                 }
                 let shape = if s.shape == t.shape { s.shape.clone() } else { None };
                 Fact::sequence_of(s.dtype, shape)

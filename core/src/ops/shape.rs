@@ -39,7 +39,11 @@ impl Reshape {
     ///
     /// # Errors
     /// [`OpError::Shape`] when the target is invalid or the element counts differ.
-    pub fn output_dims(input: &[usize], target: &[i64], allowzero: bool) -> Result<Vec<usize>, OpError> {
+    pub fn output_dims(
+        input: &[usize],
+        target: &[i64],
+        allowzero: bool,
+    ) -> Result<Vec<usize>, OpError> {
         let dims: Vec<Dim> = input.iter().map(|&d| Dim::Known(d)).collect();
         let out = Reshape::output_shape(&dims, target, allowzero)?;
         Shape(out).concrete().ok_or_else(|| OpError::Shape("reshape left a dim unresolved".into()))
@@ -57,24 +61,27 @@ impl Reshape {
                     }
                     Dim::Unknown
                 }
-                0 if !allowzero => input
-                    .get(i)
-                    .cloned()
-                    .ok_or_else(|| bad(format!("reshape target {target:?} copies dim {i} of a rank-{} input", input.len())))?,
+                0 if !allowzero => input.get(i).cloned().ok_or_else(|| {
+                    bad(format!(
+                        "reshape target {target:?} copies dim {i} of a rank-{} input",
+                        input.len()
+                    ))
+                })?,
                 t if t >= 0 => Dim::Known(t as usize),
                 t => return Err(bad(format!("invalid reshape target dim {t}"))),
             });
         }
         let in_numel: Option<usize> = input.iter().map(Dim::known).product();
-        let known_out: Option<usize> =
-            out.iter().enumerate().filter(|(i, _)| Some(*i) != infer_at).map(|(_, d)| d.known()).product();
+        let known_out: Option<usize> = out
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| Some(*i) != infer_at)
+            .map(|(_, d)| d.known())
+            .product();
         match (infer_at, in_numel, known_out) {
             (Some(i), Some(n), Some(k)) => {
                 if k == 0 || n % k != 0 {
-                    return Err(bad(format!(
-                        "cannot reshape {} elements into {target:?}",
-                        n
-                    )));
+                    return Err(bad(format!("cannot reshape {} elements into {target:?}", n)));
                 }
                 out[i] = Dim::Known(n / k);
             }
@@ -184,11 +191,17 @@ impl Op for Squeeze {
                 for &a in &axes {
                     if let Dim::Known(n) = s.0[a] {
                         if n != 1 {
-                            return Err(OpError::Shape(format!("cannot squeeze axis {a} of size {n}")));
+                            return Err(OpError::Shape(format!(
+                                "cannot squeeze axis {a} of size {n}"
+                            )));
                         }
                     }
                 }
-                s.0.iter().enumerate().filter(|(i, _)| !axes.contains(i)).map(|(_, d)| d.clone()).collect()
+                s.0.iter()
+                    .enumerate()
+                    .filter(|(i, _)| !axes.contains(i))
+                    .map(|(_, d)| d.clone())
+                    .collect()
             }
             None => {
                 if s.0.iter().any(|d| d.known().is_none()) {
@@ -227,14 +240,21 @@ impl Op for Unsqueeze {
             return Ok(vec![Fact::unranked(x.dtype)]);
         };
         let rank = s.rank() + axes.len();
-        let mut norm: Vec<usize> = axes.iter().map(|&a| axis_of(a, rank)).collect::<Result<_, _>>()?;
+        let mut norm: Vec<usize> =
+            axes.iter().map(|&a| axis_of(a, rank)).collect::<Result<_, _>>()?;
         norm.sort_unstable();
         if norm.windows(2).any(|w| w[0] == w[1]) {
             return Err(OpError::Shape(format!("repeated axes in {axes:?}")));
         }
         let mut src = s.0.iter();
         let out = (0..rank)
-            .map(|i| if norm.contains(&i) { Dim::Known(1) } else { src.next().cloned().unwrap_or(Dim::Unknown) })
+            .map(|i| {
+                if norm.contains(&i) {
+                    Dim::Known(1)
+                } else {
+                    src.next().cloned().unwrap_or(Dim::Unknown)
+                }
+            })
             .collect();
         Ok(vec![Fact::new(x.dtype, Shape(out))])
     }
@@ -296,7 +316,8 @@ impl Op for Concat {
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<Fact>, OpError> {
         let facts: Vec<&Fact> = inputs.present().collect();
         let first = facts.first().ok_or(OpError::MissingInput(0))?;
-        let Some(shapes) = facts.iter().map(|f| f.shape.as_ref()).collect::<Option<Vec<_>>>() else {
+        let Some(shapes) = facts.iter().map(|f| f.shape.as_ref()).collect::<Option<Vec<_>>>()
+        else {
             return Ok(vec![Fact::unranked(first.dtype)]);
         };
         let rank = shapes[0].rank();
@@ -314,10 +335,14 @@ impl Op for Concat {
                 if d != axis {
                     if let (Dim::Known(x), Dim::Known(y)) = (a, b) {
                         if x != y {
-                            return Err(OpError::Shape(format!("input {i} has {x} at axis {d}, input 0 has {y}")));
+                            return Err(OpError::Shape(format!(
+                                "input {i} has {x} at axis {d}, input 0 has {y}"
+                            )));
                         }
                     }
-                    if matches!(out[d], Dim::Unknown) || matches!(out[d], Dim::Sym(_)) && a.known().is_some() {
+                    if matches!(out[d], Dim::Unknown)
+                        || matches!(out[d], Dim::Sym(_)) && a.known().is_some()
+                    {
                         out[d] = a.clone();
                     }
                 }
@@ -375,15 +400,13 @@ impl Op for Split {
         let x = inputs.get(0)?;
         let split = match (&self.split_attr, inputs.opt(1)) {
             (Some(s), _) => Some(s.clone()),
-            (None, Some(f)) => match value_ints(f, 1)? {
-                Some(v) => Some(v),
-                None => return Ok(vec![x.with_dtype(x.dtype); self.outputs]),
-            },
+            (None, Some(f)) => value_ints(f, 1)?,
             (None, None) => None,
         };
         let Some(s) = &x.shape else { return Ok(vec![Fact::unranked(x.dtype); self.outputs]) };
         let axis = axis_of(self.axis, s.rank())?;
-        let Some(len) = s.0[axis].known() else {
+        let sizes_unknown = self.split_attr.is_none() && inputs.opt(1).is_some() && split.is_none();
+        let Some(len) = s.0[axis].known().filter(|_| !sizes_unknown) else {
             let mut d = s.0.clone();
             d[axis] = Dim::Unknown;
             return Ok(vec![Fact::new(x.dtype, Shape(d)); self.outputs]);
@@ -437,7 +460,10 @@ impl Slice {
         let mut out: Vec<SliceAxis> =
             dims.iter().map(|&d| SliceAxis { start: 0, step: 1, len: d }).collect();
         let n = starts.len();
-        if ends.len() != n || axes.is_some_and(|a| a.len() != n) || steps.is_some_and(|s| s.len() != n) {
+        if ends.len() != n
+            || axes.is_some_and(|a| a.len() != n)
+            || steps.is_some_and(|s| s.len() != n)
+        {
             return Err(OpError::Shape("starts, ends, axes and steps differ in length".into()));
         }
         let mut seen = vec![false; dims.len()];
@@ -478,7 +504,12 @@ impl Op for Slice {
                 {
                     return Ok(vec![self.unknown(x)]);
                 }
-                (value_ints(inputs.get(1)?, 1)?, value_ints(inputs.get(2)?, 2)?, axes.flatten(), steps.flatten())
+                (
+                    value_ints(inputs.get(1)?, 1)?,
+                    value_ints(inputs.get(2)?, 2)?,
+                    axes.flatten(),
+                    steps.flatten(),
+                )
             }
         };
         let (Some(starts), Some(ends), Some(s)) = (starts, ends, &x.shape) else {
@@ -492,16 +523,15 @@ impl Op for Slice {
         };
         let dims: Vec<usize> = s.0.iter().map(|d| d.known().unwrap_or(0)).collect();
         let resolved = Slice::resolve(&dims, &starts, &ends, axes.as_deref(), steps.as_deref())?;
-        let out = s
-            .0
-            .iter()
-            .enumerate()
-            .map(|(i, d)| match (sliced.contains(&i), d) {
-                (false, d) => d.clone(),
-                (true, Dim::Known(_)) => Dim::Known(resolved[i].len),
-                (true, _) => Dim::Unknown,
-            })
-            .collect();
+        let out =
+            s.0.iter()
+                .enumerate()
+                .map(|(i, d)| match (sliced.contains(&i), d) {
+                    (false, d) => d.clone(),
+                    (true, Dim::Known(_)) => Dim::Known(resolved[i].len),
+                    (true, _) => Dim::Unknown,
+                })
+                .collect();
         Ok(vec![Fact::new(x.dtype, Shape(out))])
     }
 
@@ -530,7 +560,11 @@ impl Op for Gather {
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<Fact>, OpError> {
         let (x, idx) = (inputs.get(0)?, inputs.get(1)?);
         if !matches!(idx.dtype, DType::I32 | DType::I64) {
-            return Err(OpError::InputDType { index: 1, dtype: idx.dtype, expected: "int32 or int64".into() });
+            return Err(OpError::InputDType {
+                index: 1,
+                dtype: idx.dtype,
+                expected: "int32 or int64".into(),
+            });
         }
         let (Some(sx), Some(si)) = (&x.shape, &idx.shape) else {
             return Ok(vec![Fact::unranked(x.dtype)]);
@@ -568,7 +602,9 @@ impl Op for ShapeOf {
         let Some(s) = &x.shape else { return Ok(vec![Fact::ranked(DType::I64, 1)]) };
         let range = self.range(s.rank());
         let mut f = Fact::known(DType::I64, &[range.len()]);
-        if let Some(d) = s.0[range].iter().map(|d| d.known().map(|n| n as i64)).collect::<Option<Vec<_>>>() {
+        if let Some(d) =
+            s.0[range].iter().map(|d| d.known().map(|n| n as i64)).collect::<Option<Vec<_>>>()
+        {
             f.value = Some(Tensor::from_vec(vec![d.len()], d).expect("length matches"));
         }
         Ok(vec![f])
@@ -621,7 +657,9 @@ impl Op for Tile {
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<Fact>, OpError> {
         let x = inputs.get(0)?;
         let Some(reps) = value_ints(inputs.get(1)?, 1)? else {
-            return Ok(vec![x.rank().map_or(Fact::unranked(x.dtype), |r| Fact::ranked(x.dtype, r))]);
+            return Ok(vec![
+                x.rank().map_or(Fact::unranked(x.dtype), |r| Fact::ranked(x.dtype, r)),
+            ]);
         };
         let Some(s) = &x.shape else { return Ok(vec![Fact::ranked(x.dtype, reps.len())]) };
         if reps.len() != s.rank() || reps.iter().any(|&r| r < 0) {
@@ -682,7 +720,9 @@ impl Range {
         }
         let n = ((limit - start) / delta).ceil();
         if !n.is_finite() || n > 1e12 {
-            return Err(OpError::Shape(format!("Range({start}, {limit}, {delta}) has no finite length")));
+            return Err(OpError::Shape(format!(
+                "Range({start}, {limit}, {delta}) has no finite length"
+            )));
         }
         Ok(n.max(0.0) as usize)
     }
@@ -697,15 +737,20 @@ impl Op for Range {
         match (scalar(0)?, scalar(1)?, scalar(2)?) {
             (Some(s), Some(l), Some(d)) => {
                 // Integer ranges must be computed exactly, not through f64 rounding.
-                let n = match (inputs.get(0)?.ints(), inputs.get(1)?.ints(), inputs.get(2)?.ints()) {
+                let n = match (inputs.get(0)?.ints(), inputs.get(1)?.ints(), inputs.get(2)?.ints())
+                {
                     (Some(s), Some(l), Some(d)) if start.dtype.is_int() => {
                         let (s, l, d) = (s[0], l[0], d[0]);
                         if d == 0 {
                             return Err(OpError::Shape("Range delta is 0".into()));
                         }
                         let span = l - s;
-                        (if (span > 0) == (d > 0) && span != 0 { (span + d - d.signum()) / d } else { 0 })
-                            .max(0) as usize
+                        (if (span > 0) == (d > 0) && span != 0 {
+                            (span + d - d.signum()) / d
+                        } else {
+                            0
+                        })
+                        .max(0) as usize
                     }
                     _ => Range::len(s, l, d)?,
                 };
@@ -806,7 +851,9 @@ pub fn register_all(r: &mut OpRegistry) {
         if n.opset < 10 {
             check_inputs(n, 1, 1)?;
             let a = &n.attrs;
-            Ok(Box::new(Slice { attrs: Some((a.req_ints("starts")?, a.req_ints("ends")?, a.ints("axes")?)) }))
+            Ok(Box::new(Slice {
+                attrs: Some((a.req_ints("starts")?, a.req_ints("ends")?, a.ints("axes")?)),
+            }))
         } else {
             check_inputs(n, 3, 5)?;
             Ok(Box::new(Slice { attrs: None }))
@@ -836,7 +883,10 @@ pub fn register_all(r: &mut OpRegistry) {
         check_inputs(n, 1, 1)?;
         let value = n.attrs.tensor_or("value", Tensor::scalar(0f32))?;
         if value.numel() != 1 {
-            return Err(OpError::BadAttribute { name: "value".into(), reason: "must hold one element".into() });
+            return Err(OpError::BadAttribute {
+                name: "value".into(),
+                reason: "must hold one element".into(),
+            });
         }
         Ok(Box::new(ConstantOfShape { value: value.reshaped(vec![])? }))
     });

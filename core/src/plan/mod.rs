@@ -100,7 +100,8 @@ impl Plan {
                 }
             }
         }
-        let view_group: Vec<ValueId> = (0..nv).map(|v| ValueId(find(&mut parent, v) as u32)).collect();
+        let view_group: Vec<ValueId> =
+            (0..nv).map(|v| ValueId(find(&mut parent, v) as u32)).collect();
         let mut group_end = vec![0usize; nv];
         let mut group_guarded = vec![false; nv];
         for v in 0..nv {

@@ -1,7 +1,7 @@
 //! Topological execution order.
 
-use std::collections::BinaryHeap;
 use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 
 use crate::error::LoadError;
 use crate::graph::{Graph, NodeId};

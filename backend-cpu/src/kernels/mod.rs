@@ -1,0 +1,294 @@
+//! CPU kernels, one module per op family, each with a `register_all`.
+//!
+//! A kernel sees its tensors as [`View`]s over the provider's blocks. The
+//! executor only lets an output share an input's buffer when the op declared
+//! that input in-place-capable; [`KernelIo::input`] refuses to hand out an
+//! input that aliases an output, so a kernel that forgot the in-place case
+//! fails loudly instead of reading through a mutable alias.
+
+mod binary;
+mod broadcast;
+mod cast;
+mod conv;
+mod dispatch;
+mod elementwise;
+mod matmul;
+mod nn;
+mod pool;
+mod reduce;
+mod shape;
+
+use std::collections::HashMap;
+
+use onyx_core::dtype::DType;
+use onyx_core::ep::{EpError, KernelSpec};
+
+pub use broadcast::Broadcast;
+
+/// A prepared CPU kernel.
+pub trait CpuKernel: Send + Sync {
+    /// Runs on the given tensors. Output buffers are allocated and zeroed.
+    ///
+    /// # Errors
+    /// [`EpError::Kernel`] for invalid input values (indices out of range…).
+    fn run(&self, io: &mut KernelIo) -> Result<(), EpError>;
+}
+
+/// Builds a kernel for a node, or says why it cannot.
+pub type KernelBuilder = fn(&KernelSpec<'_>) -> Result<Box<dyn CpuKernel>, EpError>;
+
+/// `(domain, op_type)` → builder.
+#[derive(Default)]
+pub struct KernelRegistry {
+    builders: HashMap<(String, String), KernelBuilder>,
+}
+
+impl KernelRegistry {
+    /// Every CPU kernel.
+    pub fn standard() -> Self {
+        let mut r = KernelRegistry::default();
+        elementwise::register_all(&mut r);
+        matmul::register_all(&mut r);
+        conv::register_all(&mut r);
+        pool::register_all(&mut r);
+        nn::register_all(&mut r);
+        shape::register_all(&mut r);
+        cast::register_all(&mut r);
+        reduce::register_all(&mut r);
+        r
+    }
+
+    /// Registers a builder for a default-domain op.
+    pub fn register(&mut self, op_type: &str, builder: KernelBuilder) {
+        self.builders.insert((onyx_core::graph::DEFAULT_DOMAIN.into(), op_type.into()), builder);
+    }
+
+    /// Whether an op has a kernel.
+    pub fn contains(&self, domain: &str, op_type: &str) -> bool {
+        self.builders.contains_key(&(domain.to_string(), op_type.to_string()))
+    }
+
+    /// Builds the kernel for a node.
+    ///
+    /// # Errors
+    /// [`EpError::Unsupported`] when no kernel exists or the builder declines.
+    pub fn build(&self, spec: &KernelSpec<'_>) -> Result<Box<dyn CpuKernel>, EpError> {
+        let node = spec.node;
+        let builder =
+            self.builders.get(&(node.domain.clone(), node.op_type.clone())).ok_or_else(|| {
+                EpError::Unsupported(format!("no CPU kernel for {}::{}", node.domain, node.op_type))
+            })?;
+        builder(spec)
+    }
+}
+
+/// A tensor as a kernel sees it.
+#[derive(Clone, Debug)]
+pub struct View {
+    ptr: *mut u8,
+    bytes: usize,
+    /// Element type.
+    pub dtype: DType,
+    /// Concrete shape.
+    pub shape: Vec<usize>,
+}
+
+impl View {
+    pub(crate) fn new(ptr: *mut u8, bytes: usize, dtype: DType, shape: Vec<usize>) -> Self {
+        View { ptr, bytes, dtype, shape }
+    }
+
+    /// Element count.
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    /// The tensor's bytes.
+    pub fn raw(&self) -> &[u8] {
+        let len = self.dtype.byte_size(self.numel()).unwrap_or(0).min(self.bytes);
+        // SAFETY: `ptr` addresses a live block of `bytes` bytes for the duration of the launch.
+        unsafe { std::slice::from_raw_parts(self.ptr, len) }
+    }
+
+    fn typed<T: bytemuck::Pod>(&self) -> Result<&[T], EpError> {
+        check_type::<T>(self)?;
+        // SAFETY: the block is live, aligned to at least 64 bytes, holds `numel` elements of
+        // `T` (checked above), and no mutable view of it exists while this borrow is used.
+        Ok(unsafe { std::slice::from_raw_parts(self.ptr as *const T, self.numel()) })
+    }
+
+    #[allow(clippy::mut_from_ref)]
+    fn typed_mut<T: bytemuck::Pod>(&self) -> Result<&mut [T], EpError> {
+        check_type::<T>(self)?;
+        // SAFETY: as in `typed`; outputs are distinct blocks (or declared in-place aliases,
+        // which the kernel then reads only through this slice).
+        Ok(unsafe { std::slice::from_raw_parts_mut(self.ptr as *mut T, self.numel()) })
+    }
+}
+
+fn check_type<T>(v: &View) -> Result<(), EpError> {
+    let need = v.numel() * std::mem::size_of::<T>();
+    if v.dtype.bits() / 8 != std::mem::size_of::<T>() || need > v.bytes {
+        return Err(EpError::Kernel(format!(
+            "internal: {} view of {} bytes read as {}-byte elements",
+            v.dtype,
+            v.bytes,
+            std::mem::size_of::<T>()
+        )));
+    }
+    Ok(())
+}
+
+/// The tensors of one launch.
+pub struct KernelIo {
+    pub(crate) inputs: Vec<Option<View>>,
+    pub(crate) outputs: Vec<Option<View>>,
+}
+
+impl KernelIo {
+    /// The view of input `i` (present or not).
+    pub fn input_view(&self, i: usize) -> Option<&View> {
+        self.inputs.get(i).and_then(Option::as_ref)
+    }
+
+    /// The view of a required input.
+    ///
+    /// # Errors
+    /// [`EpError::Kernel`] when absent.
+    pub fn in_view(&self, i: usize) -> Result<&View, EpError> {
+        self.input_view(i).ok_or_else(|| EpError::Kernel(format!("input {i} is required")))
+    }
+
+    /// The view of output `o`.
+    ///
+    /// # Errors
+    /// [`EpError::Kernel`] when absent.
+    pub fn out_view(&self, o: usize) -> Result<&View, EpError> {
+        self.outputs
+            .get(o)
+            .and_then(Option::as_ref)
+            .ok_or_else(|| EpError::Kernel(format!("output {o} is not requested")))
+    }
+
+    /// Whether output `o` is requested.
+    pub fn has_output(&self, o: usize) -> bool {
+        self.outputs.get(o).is_some_and(Option::is_some)
+    }
+
+    /// Whether input `i` shares its buffer with output `o` (in-place).
+    pub fn aliased(&self, i: usize, o: usize) -> bool {
+        match (self.input_view(i), self.outputs.get(o).and_then(Option::as_ref)) {
+            (Some(a), Some(b)) => a.ptr == b.ptr,
+            _ => false,
+        }
+    }
+
+    fn aliases_any_output(&self, i: usize) -> bool {
+        (0..self.outputs.len()).any(|o| self.aliased(i, o))
+    }
+
+    /// Input `i` as typed elements.
+    ///
+    /// # Errors
+    /// [`EpError::Kernel`] when absent, of another dtype size, or aliased with an output.
+    pub fn input<T: bytemuck::Pod>(&self, i: usize) -> Result<&[T], EpError> {
+        if self.aliases_any_output(i) {
+            return Err(EpError::Kernel(format!(
+                "internal: input {i} is shared with an output; the kernel must use its in-place path"
+            )));
+        }
+        self.in_view(i)?.typed()
+    }
+
+    /// Output `o` as typed elements.
+    ///
+    /// # Errors
+    /// [`EpError::Kernel`] when absent or of another dtype size.
+    #[allow(clippy::mut_from_ref)]
+    pub fn output<T: bytemuck::Pod>(&self, o: usize) -> Result<&mut [T], EpError> {
+        self.out_view(o)?.typed_mut()
+    }
+
+    /// Input `i` as raw bytes.
+    ///
+    /// # Errors
+    /// [`EpError::Kernel`] when absent or aliased with an output.
+    pub fn input_bytes(&self, i: usize) -> Result<&[u8], EpError> {
+        if self.aliases_any_output(i) {
+            return Err(EpError::Kernel(format!("internal: input {i} is shared with an output")));
+        }
+        Ok(self.in_view(i)?.raw())
+    }
+
+    /// Output `o` as raw bytes.
+    ///
+    /// # Errors
+    /// [`EpError::Kernel`] when absent.
+    #[allow(clippy::mut_from_ref)]
+    pub fn output_bytes(&self, o: usize) -> Result<&mut [u8], EpError> {
+        let v = self.out_view(o)?;
+        let len = v.dtype.byte_size(v.numel()).unwrap_or(0).min(v.bytes);
+        // SAFETY: the output block is live for the launch and not otherwise borrowed.
+        Ok(unsafe { std::slice::from_raw_parts_mut(v.ptr, len) })
+    }
+
+    /// The values of a small integer input (axes, shapes), widened to i64.
+    ///
+    /// # Errors
+    /// [`EpError::Kernel`] when absent or not an integer tensor.
+    pub fn ints(&self, i: usize) -> Result<Vec<i64>, EpError> {
+        let v = self.in_view(i)?;
+        let t = onyx_core::tensor::Tensor::from_bytes(
+            v.dtype,
+            v.shape.clone(),
+            v.raw().to_vec().into(),
+        )
+        .map_err(|e| EpError::Kernel(e.to_string()))?;
+        t.to_i64_vec().map_err(|e| EpError::Kernel(format!("input {i}: {e}")))
+    }
+
+    /// The values of a small numeric input as f64.
+    ///
+    /// # Errors
+    /// [`EpError::Kernel`] when absent or not numeric.
+    pub fn floats(&self, i: usize) -> Result<Vec<f64>, EpError> {
+        let v = self.in_view(i)?;
+        let t = onyx_core::tensor::Tensor::from_bytes(
+            v.dtype,
+            v.shape.clone(),
+            v.raw().to_vec().into(),
+        )
+        .map_err(|e| EpError::Kernel(e.to_string()))?;
+        t.to_f64_vec().map_err(|e| EpError::Kernel(format!("input {i}: {e}")))
+    }
+}
+
+/// The dtype of input `i` as the spec declares it.
+pub(crate) fn in_dtype(spec: &KernelSpec<'_>, i: usize) -> Result<DType, EpError> {
+    spec.input_dtypes
+        .get(i)
+        .copied()
+        .flatten()
+        .ok_or_else(|| EpError::Unsupported(format!("input {i} has no dtype")))
+}
+
+/// The dtype of output `o` as inference gave it.
+pub(crate) fn out_dtype(spec: &KernelSpec<'_>, o: usize) -> Result<DType, EpError> {
+    spec.output_dtypes
+        .get(o)
+        .copied()
+        .flatten()
+        .ok_or_else(|| EpError::Unsupported(format!("output {o} has no dtype")))
+}
+
+/// Downcasts the spec's op to the type a builder expects.
+pub(crate) fn op<'a, T: onyx_core::ops::Op>(spec: &'a KernelSpec<'_>) -> Result<&'a T, EpError> {
+    onyx_core::ops::downcast::<T>(spec.op).ok_or_else(|| {
+        EpError::Unsupported(format!("unexpected op type for {}", spec.node.op_type))
+    })
+}
+
+/// The error for a dtype a kernel does not implement.
+pub(crate) fn unsupported_dtype(op: &str, dtype: DType) -> EpError {
+    EpError::Unsupported(format!("{op} on {dtype} is not implemented on the CPU"))
+}

@@ -1,0 +1,308 @@
+//! Softmax family, LayerNormalization, BatchNormalization (inference) and Dropout.
+//! Each reads a whole row before writing it, so the in-place case needs no copy.
+
+use onyx_core::dtype::DType;
+use onyx_core::ep::{EpError, KernelSpec};
+use onyx_core::ops::nn::{BatchNorm, LayerNorm, Softmax, SoftmaxKind};
+use rayon::prelude::*;
+
+use super::dispatch::{AsF64, floats};
+use super::{CpuKernel, KernelIo, KernelRegistry, in_dtype, op, out_dtype, unsupported_dtype};
+
+/// Output 0, after copying input 0 into it unless they already share the buffer.
+#[allow(clippy::mut_from_ref)]
+fn output_from_input<T: bytemuck::Pod>(io: &KernelIo) -> Result<&mut [T], EpError> {
+    if !io.aliased(0, 0) {
+        let x = io.input::<T>(0)?;
+        let out = io.output::<T>(0)?;
+        out.copy_from_slice(x);
+        return Ok(out);
+    }
+    io.output::<T>(0)
+}
+
+fn is_float(d: DType) -> bool {
+    matches!(d, DType::F32 | DType::F64 | DType::F16 | DType::BF16)
+}
+
+struct SoftmaxKernel {
+    op: Softmax,
+    dtype: DType,
+}
+
+fn softmax<T: AsF64 + bytemuck::Pod + Send + Sync>(
+    io: &KernelIo,
+    s: &Softmax,
+) -> Result<(), EpError> {
+    let shape = io.in_view(0)?.shape.clone();
+    let (outer, len, inner) = s.layout(&shape).map_err(|e| EpError::Kernel(e.to_string()))?;
+    let data = output_from_input::<T>(io)?;
+    if len == 0 {
+        return Ok(());
+    }
+    let kind = s.kind;
+    data.par_chunks_mut(len * inner).for_each(|block| {
+        let mut row = vec![0f64; len];
+        for j in 0..inner {
+            for (i, r) in row.iter_mut().enumerate() {
+                *r = block[i * inner + j].to_f64();
+            }
+            match kind {
+                SoftmaxKind::Hardmax => {
+                    let mut best = 0;
+                    for i in 1..len {
+                        if row[i] > row[best] {
+                            best = i;
+                        }
+                    }
+                    row.iter_mut().enumerate().for_each(|(i, r)| *r = (i == best) as u8 as f64);
+                }
+                _ => {
+                    let max = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                    let sum: f64 = row.iter().map(|&v| (v - max).exp()).sum();
+                    if kind == SoftmaxKind::Softmax {
+                        row.iter_mut().for_each(|r| *r = (*r - max).exp() / sum);
+                    } else {
+                        let log_sum = sum.ln();
+                        row.iter_mut().for_each(|r| *r = *r - max - log_sum);
+                    }
+                }
+            }
+            for (i, r) in row.iter().enumerate() {
+                block[i * inner + j] = T::from_f64(*r);
+            }
+        }
+    });
+    let _ = outer;
+    Ok(())
+}
+
+/// f32 softmax over contiguous rows: the hot path of attention.
+fn softmax_f32_rows(io: &KernelIo, s: &Softmax) -> Result<bool, EpError> {
+    let shape = io.in_view(0)?.shape.clone();
+    let (_, len, inner) = s.layout(&shape).map_err(|e| EpError::Kernel(e.to_string()))?;
+    if inner != 1 || s.kind == SoftmaxKind::Hardmax || len == 0 {
+        return Ok(false);
+    }
+    let data = output_from_input::<f32>(io)?;
+    let log = s.kind == SoftmaxKind::LogSoftmax;
+    data.par_chunks_mut(len).for_each(|row| {
+        let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        if log {
+            let sum: f32 = row.iter().map(|&v| (v - max).exp()).sum();
+            let shift = max + sum.ln();
+            row.iter_mut().for_each(|v| *v -= shift);
+        } else {
+            let mut sum = 0f32;
+            row.iter_mut().for_each(|v| {
+                *v = (*v - max).exp();
+                sum += *v;
+            });
+            let inv = 1.0 / sum;
+            row.iter_mut().for_each(|v| *v *= inv);
+        }
+    });
+    Ok(true)
+}
+
+impl CpuKernel for SoftmaxKernel {
+    fn run(&self, io: &mut KernelIo) -> Result<(), EpError> {
+        if self.dtype == DType::F32 && softmax_f32_rows(io, &self.op)? {
+            return Ok(());
+        }
+        floats!(self.dtype, T => softmax::<T>(io, &self.op), else Err(unsupported_dtype("Softmax", self.dtype)))
+    }
+}
+
+fn build_softmax(spec: &KernelSpec<'_>) -> Result<Box<dyn CpuKernel>, EpError> {
+    let s = op::<Softmax>(spec)?.clone();
+    let dtype = in_dtype(spec, 0)?;
+    if !is_float(dtype) {
+        return Err(unsupported_dtype(&spec.node.op_type, dtype));
+    }
+    Ok(Box::new(SoftmaxKernel { op: s, dtype }))
+}
+
+struct LayerNormKernel {
+    op: LayerNorm,
+    dtype: DType,
+    stat_dtype: DType,
+}
+
+fn layer_norm<T: AsF64 + bytemuck::Pod + Send + Sync, S: AsF64 + bytemuck::Pod + Send + Sync>(
+    io: &KernelIo,
+    ln: &LayerNorm,
+) -> Result<(), EpError> {
+    let shape = io.in_view(0)?.shape.clone();
+    let axis = ln.axis(shape.len()).map_err(|e| EpError::Kernel(e.to_string()))?;
+    let len: usize = shape[axis..].iter().product();
+    let (vs, vb) = (io.in_view(1)?, io.input_view(2));
+    let scale_shape = vs.shape.clone();
+    let scale: Vec<f64> = io.input::<T>(1)?.iter().map(|v| v.to_f64()).collect();
+    let bias: Option<Vec<f64>> = match vb {
+        Some(_) => Some(io.input::<T>(2)?.iter().map(|v| v.to_f64()).collect()),
+        None => None,
+    };
+    // Scale and bias broadcast to the normalized block [len].
+    let expand = |v: &[f64], s: &[usize]| -> Result<Vec<f64>, EpError> {
+        if v.len() == len {
+            Ok(v.to_vec())
+        } else if v.len() == 1 {
+            Ok(vec![v[0]; len])
+        } else {
+            Err(EpError::Kernel(format!(
+                "scale/bias of shape {s:?} does not broadcast to {:?}",
+                &shape[axis..]
+            )))
+        }
+    };
+    let scale = expand(&scale, &scale_shape)?;
+    let bias = match (&bias, vb) {
+        (Some(b), Some(v)) => Some(expand(b, &v.shape)?),
+        _ => None,
+    };
+    let eps = ln.epsilon as f64;
+    let data = output_from_input::<T>(io)?;
+    let rows = if len == 0 { 0 } else { data.len() / len };
+    let mut stats = vec![(0f64, 0f64); rows];
+    if len > 0 {
+        data.par_chunks_mut(len).zip(stats.par_iter_mut()).for_each(|(row, st)| {
+            let n = len as f64;
+            let mean = row.iter().map(|v| v.to_f64()).sum::<f64>() / n;
+            let var = row.iter().map(|v| (v.to_f64() - mean).powi(2)).sum::<f64>() / n;
+            let inv = 1.0 / (var + eps).sqrt();
+            for (i, v) in row.iter_mut().enumerate() {
+                let y = (v.to_f64() - mean) * inv * scale[i] + bias.as_ref().map_or(0.0, |b| b[i]);
+                *v = T::from_f64(y);
+            }
+            *st = (mean, inv);
+        });
+    }
+    if io.has_output(1) {
+        io.output::<S>(1)?.iter_mut().zip(&stats).for_each(|(o, s)| *o = S::from_f64(s.0));
+    }
+    if io.has_output(2) {
+        io.output::<S>(2)?.iter_mut().zip(&stats).for_each(|(o, s)| *o = S::from_f64(s.1));
+    }
+    Ok(())
+}
+
+impl CpuKernel for LayerNormKernel {
+    fn run(&self, io: &mut KernelIo) -> Result<(), EpError> {
+        floats!(self.dtype, T => floats!(self.stat_dtype, S => layer_norm::<T, S>(io, &self.op),
+            else Err(unsupported_dtype("LayerNormalization stats", self.stat_dtype))),
+            else Err(unsupported_dtype("LayerNormalization", self.dtype)))
+    }
+}
+
+fn build_layer_norm(spec: &KernelSpec<'_>) -> Result<Box<dyn CpuKernel>, EpError> {
+    let ln = op::<LayerNorm>(spec)?.clone();
+    let dtype = in_dtype(spec, 0)?;
+    let stat_dtype = out_dtype(spec, 1).or_else(|_| out_dtype(spec, 2)).unwrap_or(ln.stash_type);
+    if !is_float(dtype) || !is_float(stat_dtype) {
+        return Err(unsupported_dtype("LayerNormalization", dtype));
+    }
+    Ok(Box::new(LayerNormKernel { op: ln, dtype, stat_dtype }))
+}
+
+struct BatchNormKernel {
+    epsilon: f64,
+    dtype: DType,
+    param_dtype: DType,
+}
+
+fn batch_norm<T: AsF64 + bytemuck::Pod + Send + Sync, P: AsF64 + bytemuck::Pod>(
+    io: &KernelIo,
+    eps: f64,
+) -> Result<(), EpError> {
+    let shape = io.in_view(0)?.shape.clone();
+    let channels = shape.get(1).copied().unwrap_or(1);
+    let inner: usize = shape.get(2..).map_or(1, |s| s.iter().product());
+    let param = |i: usize| -> Result<Vec<f64>, EpError> {
+        let v: Vec<f64> = io.input::<P>(i)?.iter().map(|x| x.to_f64()).collect();
+        if v.len() != channels {
+            return Err(EpError::Kernel(format!(
+                "BatchNormalization input {i} has {} values for {channels} channels",
+                v.len()
+            )));
+        }
+        Ok(v)
+    };
+    let (scale, bias, mean, var) = (param(1)?, param(2)?, param(3)?, param(4)?);
+    let a: Vec<f64> = (0..channels).map(|c| scale[c] / (var[c] + eps).sqrt()).collect();
+    let b: Vec<f64> = (0..channels).map(|c| bias[c] - mean[c] * a[c]).collect();
+    let data = output_from_input::<T>(io)?;
+    if inner == 0 {
+        return Ok(());
+    }
+    data.par_chunks_mut(inner).enumerate().for_each(|(plane, row)| {
+        let c = plane % channels;
+        row.iter_mut().for_each(|v| *v = T::from_f64(v.to_f64() * a[c] + b[c]));
+    });
+    Ok(())
+}
+
+impl CpuKernel for BatchNormKernel {
+    fn run(&self, io: &mut KernelIo) -> Result<(), EpError> {
+        floats!(self.dtype, T => floats!(self.param_dtype, P => batch_norm::<T, P>(io, self.epsilon),
+            else Err(unsupported_dtype("BatchNormalization", self.param_dtype))),
+            else Err(unsupported_dtype("BatchNormalization", self.dtype)))
+    }
+}
+
+fn build_batch_norm(spec: &KernelSpec<'_>) -> Result<Box<dyn CpuKernel>, EpError> {
+    let bn = op::<BatchNorm>(spec)?;
+    let dtype = in_dtype(spec, 0)?;
+    let param_dtype = in_dtype(spec, 1)?;
+    let mean_dtype = in_dtype(spec, 3)?;
+    if !is_float(dtype)
+        || !is_float(param_dtype)
+        || mean_dtype != param_dtype && mean_dtype != dtype
+    {
+        return Err(unsupported_dtype("BatchNormalization", dtype));
+    }
+    Ok(Box::new(BatchNormKernel { epsilon: bn.epsilon as f64, dtype, param_dtype }))
+}
+
+struct DropoutKernel;
+
+impl CpuKernel for DropoutKernel {
+    fn run(&self, io: &mut KernelIo) -> Result<(), EpError> {
+        if io.input_view(2).is_some() && io.ints(2)?.first().copied().unwrap_or(0) != 0 {
+            let ratio = if io.input_view(1).is_some() {
+                io.floats(1)?.first().copied().unwrap_or(0.5)
+            } else {
+                0.5
+            };
+            if ratio != 0.0 {
+                return Err(EpError::Unsupported("Dropout in training mode".into()));
+            }
+        }
+        if !io.aliased(0, 0) {
+            let x = io.input_bytes(0)?;
+            io.output_bytes(0)?.copy_from_slice(x);
+        }
+        if io.has_output(1) {
+            io.output::<u8>(1)?.fill(1);
+        }
+        Ok(())
+    }
+}
+
+fn build_dropout(spec: &KernelSpec<'_>) -> Result<Box<dyn CpuKernel>, EpError> {
+    let dtype = in_dtype(spec, 0)?;
+    if !dtype.is_byte_aligned() {
+        return Err(unsupported_dtype("Dropout", dtype));
+    }
+    Ok(Box::new(DropoutKernel))
+}
+
+/// Registers the nn kernels.
+pub fn register_all(r: &mut KernelRegistry) {
+    for op in ["Softmax", "LogSoftmax", "Hardmax"] {
+        r.register(op, build_softmax);
+    }
+    r.register("LayerNormalization", build_layer_norm);
+    r.register("BatchNormalization", build_batch_norm);
+    r.register("Dropout", build_dropout);
+}

@@ -1,0 +1,274 @@
+//! The Reduce* family (integers accumulate exactly in i128, floats in f64) and ArgMax/ArgMin.
+
+use onyx_core::dtype::DType;
+use onyx_core::ep::{EpError, KernelSpec};
+use onyx_core::ops::reduce::{ArgReduce, Reduce, ReduceKind};
+
+use super::dispatch::{AsF64, floats, ints, numeric};
+use super::{CpuKernel, KernelIo, KernelRegistry, in_dtype, op, unsupported_dtype};
+
+/// For each input element in order, the index of the output element it reduces into.
+fn output_index(shape: &[usize], axes: &[usize]) -> (Vec<usize>, usize) {
+    let rank = shape.len();
+    let mut out_strides = vec![0usize; rank];
+    let mut acc = 1;
+    for d in (0..rank).rev() {
+        if !axes.contains(&d) {
+            out_strides[d] = acc;
+            acc *= shape[d];
+        }
+    }
+    let numel: usize = shape.iter().product();
+    let mut map = Vec::with_capacity(numel);
+    let mut pos = vec![0usize; rank];
+    let mut off = 0usize;
+    for _ in 0..numel {
+        map.push(off);
+        for d in (0..rank).rev() {
+            pos[d] += 1;
+            off += out_strides[d];
+            if pos[d] < shape[d] {
+                break;
+            }
+            off -= out_strides[d] * shape[d];
+            pos[d] = 0;
+        }
+    }
+    (map, acc)
+}
+
+fn reduce_float<T: AsF64 + bytemuck::Pod>(
+    io: &KernelIo,
+    kind: ReduceKind,
+    axes: &[usize],
+    shape: &[usize],
+) -> Result<(), EpError> {
+    use ReduceKind::*;
+    let x = io.input::<T>(0)?;
+    let (map, n_out) = output_index(shape, axes);
+    let count = if n_out == 0 { 0 } else { x.len() / n_out };
+    let init = match kind {
+        Prod => 1.0,
+        Max => f64::NEG_INFINITY,
+        Min => f64::INFINITY,
+        _ => 0.0,
+    };
+    let mut acc = vec![init; n_out];
+    let mut peak = vec![f64::NEG_INFINITY; n_out];
+    if kind == LogSumExp {
+        for (v, &o) in x.iter().zip(&map) {
+            peak[o] = peak[o].max(v.to_f64());
+        }
+    }
+    for (v, &o) in x.iter().zip(&map) {
+        let v = v.to_f64();
+        let a = &mut acc[o];
+        match kind {
+            Sum | Mean | LogSum => *a += v,
+            Prod => *a *= v,
+            Max => *a = if v > *a || v.is_nan() { v } else { *a },
+            Min => *a = if v < *a || v.is_nan() { v } else { *a },
+            L1 => *a += v.abs(),
+            L2 | SumSquare => *a += v * v,
+            LogSumExp => *a += (v - peak[o]).exp(),
+        }
+    }
+    let out = io.output::<T>(0)?;
+    for (o, (a, p)) in out.iter_mut().zip(acc.into_iter().zip(peak)) {
+        *o = T::from_f64(match kind {
+            Mean => a / count as f64,
+            L2 => a.sqrt(),
+            LogSum => a.ln(),
+            LogSumExp => {
+                if p.is_finite() {
+                    p + a.ln()
+                } else {
+                    p + a.ln().max(f64::NEG_INFINITY)
+                }
+            }
+            _ => a,
+        });
+    }
+    Ok(())
+}
+
+trait IntElem: AsF64 + bytemuck::Pod {
+    fn wide(self) -> i128;
+    fn narrow(v: i128) -> Self;
+    const MIN: i128;
+    const MAX: i128;
+}
+
+macro_rules! int_elem {
+    ($($t:ty),*) => { $(impl IntElem for $t {
+        fn wide(self) -> i128 { self as i128 }
+        fn narrow(v: i128) -> Self { v as $t }
+        const MIN: i128 = <$t>::MIN as i128;
+        const MAX: i128 = <$t>::MAX as i128;
+    })* };
+}
+int_elem!(i8, i16, i32, i64, u8, u16, u32, u64);
+
+fn reduce_int<T: IntElem>(
+    io: &KernelIo,
+    kind: ReduceKind,
+    axes: &[usize],
+    shape: &[usize],
+) -> Result<(), EpError> {
+    use ReduceKind::*;
+    if matches!(kind, L2 | LogSum | LogSumExp) {
+        // Irrational results: compute in f64, then truncate like a cast.
+        return reduce_float::<T>(io, kind, axes, shape);
+    }
+    let x = io.input::<T>(0)?;
+    let (map, n_out) = output_index(shape, axes);
+    let count = if n_out == 0 { 0 } else { (x.len() / n_out) as i128 };
+    let init = match kind {
+        Prod => 1,
+        Max => T::MIN,
+        Min => T::MAX,
+        _ => 0,
+    };
+    let mut acc = vec![init; n_out];
+    for (v, &o) in x.iter().zip(&map) {
+        let v = v.wide();
+        let a = &mut acc[o];
+        *a = match kind {
+            Sum | Mean => a.wrapping_add(v),
+            Prod => a.wrapping_mul(v),
+            Max => (*a).max(v),
+            Min => (*a).min(v),
+            L1 => a.wrapping_add(v.abs()),
+            SumSquare => a.wrapping_add(v.wrapping_mul(v)),
+            L2 | LogSum | LogSumExp => unreachable!("handled above"),
+        };
+    }
+    let out = io.output::<T>(0)?;
+    for (o, a) in out.iter_mut().zip(acc) {
+        *o = T::narrow(if kind == Mean && count > 0 { a / count } else { a });
+    }
+    Ok(())
+}
+
+struct ReduceKernel {
+    op: Reduce,
+    dtype: DType,
+}
+
+impl CpuKernel for ReduceKernel {
+    fn run(&self, io: &mut KernelIo) -> Result<(), EpError> {
+        let shape = io.in_view(0)?.shape.clone();
+        let given = match (&self.op.axes_attr, self.op.axes_input && io.input_view(1).is_some()) {
+            (Some(a), _) => Some(a.clone()),
+            (None, true) => Some(io.ints(1)?),
+            _ => None,
+        };
+        let axes = self
+            .op
+            .axes(shape.len(), given.as_deref())
+            .map_err(|e| EpError::Kernel(e.to_string()))?;
+        if axes.is_empty() && self.op.noop_with_empty_axes {
+            let x = io.input_bytes(0)?;
+            io.output_bytes(0)?.copy_from_slice(x);
+            return Ok(());
+        }
+        let kind = self.op.kind;
+        floats!(self.dtype, T => reduce_float::<T>(io, kind, &axes, &shape),
+            else ints!(self.dtype, T => reduce_int::<T>(io, kind, &axes, &shape),
+            else Err(unsupported_dtype("reduction", self.dtype))))
+    }
+}
+
+fn build_reduce(spec: &KernelSpec<'_>) -> Result<Box<dyn CpuKernel>, EpError> {
+    let r = op::<Reduce>(spec)?.clone();
+    let dtype = in_dtype(spec, 0)?;
+    let float = matches!(dtype, DType::F32 | DType::F64 | DType::F16 | DType::BF16);
+    if !(float || dtype.is_int() && dtype.is_byte_aligned()) {
+        return Err(unsupported_dtype(&spec.node.op_type, dtype));
+    }
+    Ok(Box::new(ReduceKernel { op: r, dtype }))
+}
+
+struct ArgKernel {
+    op: ArgReduce,
+    dtype: DType,
+}
+
+fn arg<T: AsF64 + bytemuck::Pod>(io: &KernelIo, a: &ArgReduce) -> Result<(), EpError> {
+    let shape = io.in_view(0)?.shape.clone();
+    let axis = onyx_core::shape::normalize_axis(a.axis, shape.len())
+        .ok_or_else(|| EpError::Kernel(format!("axis {} out of range", a.axis)))?;
+    let len = shape[axis];
+    if len == 0 {
+        return Err(EpError::Kernel("ArgMax/ArgMin over an empty axis".into()));
+    }
+    let inner: usize = shape[axis + 1..].iter().product();
+    let x = io.input::<T>(0)?;
+    let out = io.output::<i64>(0)?;
+    for (o, slot) in out.iter_mut().enumerate() {
+        let (outer, i) = (o / inner.max(1), o % inner.max(1));
+        let base = outer * len * inner + i;
+        let mut best = 0usize;
+        let mut best_v = x[base].to_f64();
+        for j in 1..len {
+            let v = x[base + j * inner].to_f64();
+            let better = if a.max { v > best_v } else { v < best_v };
+            if better || a.select_last_index && v == best_v {
+                best = j;
+                best_v = v;
+            }
+        }
+        *slot = best as i64;
+    }
+    Ok(())
+}
+
+impl CpuKernel for ArgKernel {
+    fn run(&self, io: &mut KernelIo) -> Result<(), EpError> {
+        numeric!(self.dtype, T => arg::<T>(io, &self.op), else Err(unsupported_dtype("ArgMax/ArgMin", self.dtype)))
+    }
+}
+
+fn build_arg(spec: &KernelSpec<'_>) -> Result<Box<dyn CpuKernel>, EpError> {
+    let a = op::<ArgReduce>(spec)?.clone();
+    let dtype = in_dtype(spec, 0)?;
+    if !dtype.is_byte_aligned()
+        || !(dtype.is_int() || matches!(dtype, DType::F32 | DType::F64 | DType::F16 | DType::BF16))
+    {
+        return Err(unsupported_dtype(&spec.node.op_type, dtype));
+    }
+    Ok(Box::new(ArgKernel { op: a, dtype }))
+}
+
+/// Registers the reductions.
+pub fn register_all(r: &mut KernelRegistry) {
+    for op in [
+        "ReduceSum",
+        "ReduceMean",
+        "ReduceMax",
+        "ReduceMin",
+        "ReduceProd",
+        "ReduceL1",
+        "ReduceL2",
+        "ReduceLogSum",
+        "ReduceLogSumExp",
+        "ReduceSumSquare",
+    ] {
+        r.register(op, build_reduce);
+    }
+    r.register("ArgMax", build_arg);
+    r.register("ArgMin", build_arg);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn output_index_drops_reduced_axes() {
+        let (map, n) = output_index(&[2, 3], &[1]);
+        assert_eq!((map, n), (vec![0, 0, 0, 1, 1, 1], 2));
+        let (map, n) = output_index(&[2, 3], &[0]);
+        assert_eq!((map, n), (vec![0, 1, 2, 0, 1, 2], 3));
+    }
+}

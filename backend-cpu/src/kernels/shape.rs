@@ -1,0 +1,347 @@
+//! Data movement (Transpose, Concat, Split, Slice, Gather, Expand, Tile) by element
+//! width, and the generators (Shape, Size, ConstantOfShape, Range).
+
+use onyx_core::dtype::DType;
+use onyx_core::ep::{EpError, KernelSpec};
+use onyx_core::ops::shape::{ConstantOfShape, Gather, ShapeOf, Slice, Split, Transpose};
+use onyx_core::shape::{normalize_axis, strides};
+use rayon::prelude::*;
+
+use super::broadcast::{Broadcast, Run};
+use super::conv::unravel;
+use super::dispatch::{AsF64, by_width, numeric};
+use super::{CpuKernel, KernelIo, KernelRegistry, in_dtype, op, out_dtype, unsupported_dtype};
+
+fn axis_of(axis: i64, rank: usize) -> Result<usize, EpError> {
+    normalize_axis(axis, rank)
+        .ok_or_else(|| EpError::Kernel(format!("axis {axis} out of range for rank {rank}")))
+}
+
+fn width_of(spec: &KernelSpec<'_>, op: &str) -> Result<DType, EpError> {
+    let d = in_dtype(spec, 0)?;
+    if !d.is_byte_aligned() {
+        return Err(unsupported_dtype(op, d));
+    }
+    Ok(d)
+}
+
+/// A kernel that only moves elements: run `$f::<T>` with `T` of the dtype's width.
+macro_rules! movement_kernel {
+    ($name:ident, $f:ident $(, $field:ident : $ty:ty)*) => {
+        struct $name { dtype: DType $(, $field: $ty)* }
+        impl CpuKernel for $name {
+            fn run(&self, io: &mut KernelIo) -> Result<(), EpError> {
+                by_width!(self.dtype, T => $f::<T>(io $(, &self.$field)*),
+                    else Err(unsupported_dtype(stringify!($name), self.dtype)))
+            }
+        }
+    };
+}
+
+fn transpose<T: bytemuck::Pod + Send + Sync>(io: &KernelIo, t: &Transpose) -> Result<(), EpError> {
+    let shape = io.in_view(0)?.shape.clone();
+    let perm = t.perm(shape.len()).map_err(|e| EpError::Kernel(e.to_string()))?;
+    let x = io.input::<T>(0)?;
+    let out = io.output::<T>(0)?;
+    let in_strides = strides(&shape);
+    let out_dims: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
+    // For each output dim, the stride to step in the input.
+    let step: Vec<usize> = perm.iter().map(|&p| in_strides[p]).collect();
+    let Some(&inner) = out_dims.last() else {
+        out.copy_from_slice(x);
+        return Ok(());
+    };
+    if inner == 0 || out.is_empty() {
+        return Ok(());
+    }
+    let inner_step = step[step.len() - 1];
+    let outer_dims = &out_dims[..out_dims.len() - 1];
+    out.par_chunks_mut(inner).enumerate().for_each(|(row, dst)| {
+        let pos = unravel(row, outer_dims);
+        let base: usize = pos.iter().zip(&step).map(|(i, s)| i * s).sum();
+        for (j, d) in dst.iter_mut().enumerate() {
+            *d = x[base + j * inner_step];
+        }
+    });
+    Ok(())
+}
+movement_kernel!(TransposeKernel, transpose, op: Transpose);
+
+fn concat<T: bytemuck::Pod>(io: &KernelIo, axis: &i64) -> Result<(), EpError> {
+    let out_shape = io.out_view(0)?.shape.clone();
+    let axis = axis_of(*axis, out_shape.len())?;
+    let outer: usize = out_shape[..axis].iter().product();
+    let inner: usize = out_shape[axis + 1..].iter().product();
+    let out = io.output::<T>(0)?;
+    let row = out_shape[axis] * inner;
+    let mut offset = 0;
+    for i in 0..io.inputs.len() {
+        let Some(v) = io.input_view(i) else { continue };
+        let block = v.shape[axis] * inner;
+        let x = io.input::<T>(i)?;
+        for o in 0..outer {
+            out[o * row + offset..o * row + offset + block]
+                .copy_from_slice(&x[o * block..(o + 1) * block]);
+        }
+        offset += block;
+    }
+    Ok(())
+}
+movement_kernel!(ConcatKernel, concat, axis: i64);
+
+fn split<T: bytemuck::Pod>(io: &KernelIo, s: &Split) -> Result<(), EpError> {
+    let shape = io.in_view(0)?.shape.clone();
+    let axis = axis_of(s.axis, shape.len())?;
+    let outer: usize = shape[..axis].iter().product();
+    let inner: usize = shape[axis + 1..].iter().product();
+    let x = io.input::<T>(0)?;
+    let row = shape[axis] * inner;
+    let mut offset = 0;
+    for o in 0..io.outputs.len() {
+        let Some(v) = io.outputs[o].as_ref() else {
+            return Err(EpError::Kernel("Split outputs must all be present".into()));
+        };
+        let block = v.shape[axis] * inner;
+        let out = io.output::<T>(o)?;
+        for i in 0..outer {
+            out[i * block..(i + 1) * block]
+                .copy_from_slice(&x[i * row + offset..i * row + offset + block]);
+        }
+        offset += block;
+    }
+    Ok(())
+}
+movement_kernel!(SplitKernel, split, op: Split);
+
+fn slice<T: bytemuck::Pod + Send + Sync>(io: &KernelIo, s: &Slice) -> Result<(), EpError> {
+    let shape = io.in_view(0)?.shape.clone();
+    let resolved = match &s.attrs {
+        Some((starts, ends, axes)) => Slice::resolve(&shape, starts, ends, axes.as_deref(), None),
+        None => {
+            let opt = |i: usize| io.input_view(i).map(|_| io.ints(i)).transpose();
+            let (axes, steps) = (opt(3)?, opt(4)?);
+            Slice::resolve(&shape, &io.ints(1)?, &io.ints(2)?, axes.as_deref(), steps.as_deref())
+        }
+    }
+    .map_err(|e| EpError::Kernel(e.to_string()))?;
+    let x = io.input::<T>(0)?;
+    let out = io.output::<T>(0)?;
+    let out_dims: Vec<usize> = resolved.iter().map(|a| a.len).collect();
+    let in_strides = strides(&shape);
+    let Some(&inner) = out_dims.last() else {
+        out.copy_from_slice(x);
+        return Ok(());
+    };
+    if inner == 0 || out.is_empty() {
+        return Ok(());
+    }
+    let last = resolved.len() - 1;
+    let outer_dims = &out_dims[..last];
+    out.par_chunks_mut(inner).enumerate().for_each(|(row, dst)| {
+        let pos = unravel(row, outer_dims);
+        let base: i64 = pos
+            .iter()
+            .enumerate()
+            .map(|(d, &i)| (resolved[d].start + i as i64 * resolved[d].step) * in_strides[d] as i64)
+            .sum();
+        let (start, step) = (resolved[last].start, resolved[last].step);
+        for (j, d) in dst.iter_mut().enumerate() {
+            *d = x[(base + start + j as i64 * step) as usize];
+        }
+    });
+    Ok(())
+}
+movement_kernel!(SliceKernel, slice, op: Slice);
+
+fn gather<T: bytemuck::Pod + Send + Sync>(io: &KernelIo, g: &Gather) -> Result<(), EpError> {
+    let shape = io.in_view(0)?.shape.clone();
+    let axis = axis_of(g.axis, shape.len())?;
+    let indices = io.ints(1)?;
+    let dim = shape[axis];
+    let outer: usize = shape[..axis].iter().product();
+    let inner: usize = shape[axis + 1..].iter().product();
+    let mut norm = Vec::with_capacity(indices.len());
+    for &i in &indices {
+        let j = if i < 0 { i + dim as i64 } else { i };
+        if j < 0 || j >= dim as i64 {
+            return Err(EpError::Kernel(format!(
+                "Gather index {i} is out of bounds for axis {axis} of size {dim}"
+            )));
+        }
+        norm.push(j as usize);
+    }
+    let x = io.input::<T>(0)?;
+    let out = io.output::<T>(0)?;
+    let block = norm.len() * inner;
+    if block == 0 {
+        return Ok(());
+    }
+    out.par_chunks_mut(block).enumerate().for_each(|(o, dst)| {
+        for (k, &j) in norm.iter().enumerate() {
+            let src = (o * dim + j) * inner;
+            dst[k * inner..(k + 1) * inner].copy_from_slice(&x[src..src + inner]);
+        }
+    });
+    let _ = outer;
+    Ok(())
+}
+movement_kernel!(GatherKernel, gather, op: Gather);
+
+fn expand<T: bytemuck::Pod + Send + Sync>(io: &KernelIo) -> Result<(), EpError> {
+    let (vx, out_shape) = (io.in_view(0)?.shape.clone(), io.out_view(0)?.shape.clone());
+    let x = io.input::<T>(0)?;
+    let out = io.output::<T>(0)?;
+    Broadcast::new(&out_shape, &[&vx]).for_each(out, |o, _, runs| match runs[0] {
+        Run::Slice(s) => o.copy_from_slice(&x[s..s + o.len()]),
+        Run::Scalar(s) => o.fill(x[s]),
+    });
+    Ok(())
+}
+movement_kernel!(ExpandKernel, expand);
+
+fn tile<T: bytemuck::Pod + Send + Sync>(io: &KernelIo) -> Result<(), EpError> {
+    let shape = io.in_view(0)?.shape.clone();
+    let out_dims = io.out_view(0)?.shape.clone();
+    let x = io.input::<T>(0)?;
+    let out = io.output::<T>(0)?;
+    let in_strides = strides(&shape);
+    let Some(&inner) = out_dims.last() else {
+        out.copy_from_slice(x);
+        return Ok(());
+    };
+    if inner == 0 || out.is_empty() {
+        return Ok(());
+    }
+    let last = out_dims.len() - 1;
+    out.par_chunks_mut(inner).enumerate().for_each(|(row, dst)| {
+        let pos = unravel(row, &out_dims[..last]);
+        let base: usize =
+            pos.iter().enumerate().map(|(d, &i)| (i % shape[d]) * in_strides[d]).sum();
+        for (j, d) in dst.iter_mut().enumerate() {
+            *d = x[base + j % shape[last]];
+        }
+    });
+    Ok(())
+}
+movement_kernel!(TileKernel, tile);
+
+struct ShapeKernel {
+    op: ShapeOf,
+}
+
+impl CpuKernel for ShapeKernel {
+    fn run(&self, io: &mut KernelIo) -> Result<(), EpError> {
+        let shape = &io.in_view(0)?.shape;
+        let range = self.op.range(shape.len());
+        let dims: Vec<i64> = shape[range].iter().map(|&d| d as i64).collect();
+        io.output::<i64>(0)?.copy_from_slice(&dims);
+        Ok(())
+    }
+}
+
+struct SizeKernel;
+
+impl CpuKernel for SizeKernel {
+    fn run(&self, io: &mut KernelIo) -> Result<(), EpError> {
+        let n = io.in_view(0)?.numel() as i64;
+        io.output::<i64>(0)?[0] = n;
+        Ok(())
+    }
+}
+
+struct ConstantOfShapeKernel {
+    value: Vec<u8>,
+}
+
+impl CpuKernel for ConstantOfShapeKernel {
+    fn run(&self, io: &mut KernelIo) -> Result<(), EpError> {
+        let out = io.output_bytes(0)?;
+        if !self.value.iter().all(|&b| b == 0) {
+            out.chunks_exact_mut(self.value.len()).for_each(|c| c.copy_from_slice(&self.value));
+        }
+        Ok(())
+    }
+}
+
+struct RangeKernel {
+    dtype: DType,
+}
+
+fn range<T: AsF64 + bytemuck::Pod>(io: &KernelIo) -> Result<(), EpError> {
+    let start = io.input::<T>(0)?[0];
+    let delta = io.input::<T>(2)?[0];
+    let out = io.output::<T>(0)?;
+    // Integer ranges stay exact: accumulate in i128 when both ends are integral.
+    let (s, d) = (start.to_f64(), delta.to_f64());
+    if s.fract() == 0.0 && d.fract() == 0.0 && s.abs() < 9e15 && d.abs() < 9e15 {
+        let (s, d) = (s as i128, d as i128);
+        out.iter_mut().enumerate().for_each(|(i, o)| *o = T::from_f64((s + i as i128 * d) as f64));
+    } else {
+        out.iter_mut().enumerate().for_each(|(i, o)| *o = T::from_f64(s + i as f64 * d));
+    }
+    Ok(())
+}
+
+fn range_i64(io: &KernelIo) -> Result<(), EpError> {
+    let start = io.input::<i64>(0)?[0];
+    let delta = io.input::<i64>(2)?[0];
+    io.output::<i64>(0)?
+        .iter_mut()
+        .enumerate()
+        .for_each(|(i, o)| *o = start.wrapping_add(i as i64 * delta));
+    Ok(())
+}
+
+impl CpuKernel for RangeKernel {
+    fn run(&self, io: &mut KernelIo) -> Result<(), EpError> {
+        if self.dtype == DType::I64 {
+            return range_i64(io);
+        }
+        numeric!(self.dtype, T => range::<T>(io), else Err(unsupported_dtype("Range", self.dtype)))
+    }
+}
+
+/// Registers the data-movement and generator kernels.
+pub fn register_all(r: &mut KernelRegistry) {
+    r.register("Transpose", |s| {
+        Ok(Box::new(TransposeKernel {
+            dtype: width_of(s, "Transpose")?,
+            op: op::<Transpose>(s)?.clone(),
+        }))
+    });
+    r.register("Concat", |s| {
+        let axis = op::<onyx_core::ops::shape::Concat>(s)?.axis;
+        Ok(Box::new(ConcatKernel { dtype: width_of(s, "Concat")?, axis }))
+    });
+    r.register("Split", |s| {
+        Ok(Box::new(SplitKernel { dtype: width_of(s, "Split")?, op: op::<Split>(s)?.clone() }))
+    });
+    r.register("Slice", |s| {
+        Ok(Box::new(SliceKernel { dtype: width_of(s, "Slice")?, op: op::<Slice>(s)?.clone() }))
+    });
+    r.register("Gather", |s| {
+        Ok(Box::new(GatherKernel { dtype: width_of(s, "Gather")?, op: op::<Gather>(s)?.clone() }))
+    });
+    r.register("Expand", |s| Ok(Box::new(ExpandKernel { dtype: width_of(s, "Expand")? })));
+    r.register("Tile", |s| Ok(Box::new(TileKernel { dtype: width_of(s, "Tile")? })));
+    r.register("Shape", |s| Ok(Box::new(ShapeKernel { op: op::<ShapeOf>(s)?.clone() })));
+    r.register("Size", |_| Ok(Box::new(SizeKernel)));
+    r.register("ConstantOfShape", |s| {
+        let c = op::<ConstantOfShape>(s)?;
+        let value = c.value.bytes().map_err(|e| EpError::Unsupported(e.to_string()))?.to_vec();
+        if value.is_empty() {
+            return Err(unsupported_dtype("ConstantOfShape", c.value.dtype()));
+        }
+        Ok(Box::new(ConstantOfShapeKernel { value }))
+    });
+    r.register("Range", |s| {
+        let dtype = out_dtype(s, 0)?;
+        if !(dtype.is_byte_aligned()
+            && (dtype.is_int()
+                || matches!(dtype, DType::F32 | DType::F64 | DType::F16 | DType::BF16)))
+        {
+            return Err(unsupported_dtype("Range", dtype));
+        }
+        Ok(Box::new(RangeKernel { dtype }))
+    });
+}

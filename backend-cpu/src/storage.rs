@@ -1,0 +1,212 @@
+//! The host memory pool: a table of aligned blocks keyed by buffer id.
+//!
+//! `in_use_bytes` is the sum of the sizes callers asked for, so it can be
+//! compared exactly with the planner's figures. Freed blocks go to a
+//! size-class cache (bounded by `cache_limit`) so repeated runs do not pay the
+//! system allocator's page faults again; `reserved_bytes` reports live plus cached.
+
+use std::alloc::{Layout, alloc_zeroed, dealloc};
+use std::collections::HashMap;
+
+use onyx_core::ep::{DeviceBuffer, DeviceId, EpError, MemoryStats};
+
+/// Every block is aligned to at least a cache line, enough for any SIMD load.
+const MIN_ALIGN: usize = 64;
+
+struct Block {
+    ptr: *mut u8,
+    layout: Layout,
+    size: u64,
+}
+
+/// The pool. Not thread-safe by itself; the provider wraps it in a mutex.
+pub struct Storage {
+    blocks: HashMap<u64, Block>,
+    cache: HashMap<(usize, usize), Vec<*mut u8>>,
+    cached_bytes: usize,
+    cache_limit: usize,
+    next_id: u64,
+    limit: u64,
+    stats: MemoryStats,
+}
+
+// SAFETY: the raw pointers are exclusively owned heap blocks; the provider
+// serializes all access to the table through a mutex.
+unsafe impl Send for Storage {}
+
+/// Rounds a request up to its size class: 64 bytes below 64 KiB, pages above.
+fn size_class(size: usize) -> usize {
+    let size = size.max(1);
+    if size < 65536 { size.div_ceil(64) * 64 } else { size.div_ceil(4096) * 4096 }
+}
+
+impl Storage {
+    /// A pool with a byte limit on live buffers and a limit on cached free blocks.
+    pub fn new(limit: u64, cache_limit: usize) -> Self {
+        Storage {
+            blocks: HashMap::new(),
+            cache: HashMap::new(),
+            cached_bytes: 0,
+            cache_limit,
+            next_id: 1,
+            limit,
+            stats: MemoryStats::default(),
+        }
+    }
+
+    /// Allocates a zeroed block.
+    pub fn allocate(&mut self, size: u64, align: u32) -> Result<DeviceBuffer, EpError> {
+        let in_use = self.stats.in_use_bytes;
+        let oom = || EpError::OutOfMemory { requested: size, in_use, limit: self.limit };
+        if in_use.checked_add(size).is_none_or(|total| total > self.limit) {
+            return Err(oom());
+        }
+        let capacity = size_class(usize::try_from(size).map_err(|_| oom())?);
+        let align = (align as usize).max(MIN_ALIGN).next_power_of_two();
+        let layout = Layout::from_size_align(capacity, align).map_err(|_| oom())?;
+        let ptr = match self.cache.get_mut(&(capacity, align)).and_then(Vec::pop) {
+            Some(p) => {
+                self.cached_bytes -= capacity;
+                // SAFETY: `p` is a live block of `capacity` bytes owned by the cache.
+                unsafe { std::ptr::write_bytes(p, 0, capacity) };
+                p
+            }
+            None => {
+                // SAFETY: the layout has a non-zero size (size_class returns >= 64).
+                let p = unsafe { alloc_zeroed(layout) };
+                if p.is_null() {
+                    return Err(oom());
+                }
+                p
+            }
+        };
+        let id = self.next_id;
+        self.next_id += 1;
+        self.blocks.insert(id, Block { ptr, layout, size });
+        self.stats.in_use_bytes += size;
+        self.stats.peak_bytes = self.stats.peak_bytes.max(self.stats.in_use_bytes);
+        self.stats.allocations += 1;
+        Ok(DeviceBuffer { device: DeviceId::CPU, id, size, align: align as u32 })
+    }
+
+    /// Returns a block to the cache (or the system when the cache is full).
+    pub fn deallocate(&mut self, buffer: DeviceBuffer) -> Result<(), EpError> {
+        let block = self.take(buffer)?;
+        self.stats.in_use_bytes -= block.size;
+        self.stats.frees += 1;
+        let capacity = block.layout.size();
+        if self.cached_bytes + capacity <= self.cache_limit {
+            self.cached_bytes += capacity;
+            self.cache.entry((capacity, block.layout.align())).or_default().push(block.ptr);
+        } else {
+            // SAFETY: the block was allocated with exactly this layout and is no longer in the table.
+            unsafe { dealloc(block.ptr, block.layout) };
+        }
+        Ok(())
+    }
+
+    fn take(&mut self, buffer: DeviceBuffer) -> Result<Block, EpError> {
+        if buffer.device != DeviceId::CPU {
+            return Err(EpError::UnknownBuffer { id: buffer.id, device: buffer.device });
+        }
+        match self.blocks.get(&buffer.id) {
+            Some(b) if b.size == buffer.size => {}
+            _ => return Err(EpError::UnknownBuffer { id: buffer.id, device: buffer.device }),
+        }
+        Ok(self.blocks.remove(&buffer.id).expect("checked above"))
+    }
+
+    /// The address and size of a live buffer.
+    pub fn resolve(&self, buffer: &DeviceBuffer) -> Result<(*mut u8, usize), EpError> {
+        match self.blocks.get(&buffer.id) {
+            Some(b) if buffer.device == DeviceId::CPU && b.size == buffer.size => {
+                Ok((b.ptr, b.size as usize))
+            }
+            _ => Err(EpError::UnknownBuffer { id: buffer.id, device: buffer.device }),
+        }
+    }
+
+    /// Current figures.
+    pub fn stats(&self) -> MemoryStats {
+        let live: u64 = self.blocks.values().map(|b| b.layout.size() as u64).sum();
+        MemoryStats { reserved_bytes: live + self.cached_bytes as u64, ..self.stats }
+    }
+
+    /// Restarts peak tracking.
+    pub fn reset_peak(&mut self) {
+        self.stats.peak_bytes = self.stats.in_use_bytes;
+    }
+
+    /// Returns every cached block to the system.
+    pub fn trim(&mut self) {
+        for ((capacity, align), ptrs) in self.cache.drain() {
+            let layout = Layout::from_size_align(capacity, align).expect("was valid when cached");
+            for p in ptrs {
+                // SAFETY: cached blocks were allocated with this layout and are owned by the cache.
+                unsafe { dealloc(p, layout) };
+            }
+        }
+        self.cached_bytes = 0;
+    }
+}
+
+impl Drop for Storage {
+    fn drop(&mut self) {
+        self.trim();
+        if !self.blocks.is_empty() {
+            log::warn!(
+                "CPU provider dropped with {} buffers ({} bytes) never deallocated",
+                self.blocks.len(),
+                self.stats.in_use_bytes
+            );
+        }
+        for (_, b) in self.blocks.drain() {
+            // SAFETY: live blocks were allocated with their layout; nothing can use them after drop.
+            unsafe { dealloc(b.ptr, b.layout) };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deallocate_returns_the_bytes_and_rejects_a_second_free() {
+        let mut s = Storage::new(u64::MAX, 1 << 20);
+        let a = s.allocate(100, 4).unwrap();
+        let b = s.allocate(28, 4).unwrap();
+        assert_eq!(s.stats().in_use_bytes, 128);
+        s.deallocate(a).unwrap();
+        assert_eq!(s.stats().in_use_bytes, 28);
+        assert_eq!(s.stats().peak_bytes, 128);
+        assert!(matches!(s.deallocate(a), Err(EpError::UnknownBuffer { .. })));
+        s.deallocate(b).unwrap();
+        let st = s.stats();
+        assert_eq!((st.allocations, st.frees, st.in_use_bytes), (2, 2, 0));
+    }
+
+    #[test]
+    fn the_limit_turns_into_out_of_memory() {
+        let mut s = Storage::new(1000, 0);
+        let a = s.allocate(600, 4).unwrap();
+        assert!(matches!(s.allocate(600, 4), Err(EpError::OutOfMemory { .. })));
+        s.deallocate(a).unwrap();
+        assert!(s.allocate(600, 4).is_ok());
+    }
+
+    #[test]
+    fn a_recycled_block_comes_back_zeroed() {
+        let mut s = Storage::new(u64::MAX, 1 << 20);
+        let a = s.allocate(64, 4).unwrap();
+        let (p, _) = s.resolve(&a).unwrap();
+        // SAFETY: p points to 64 live bytes.
+        unsafe { std::ptr::write_bytes(p, 0xAB, 64) };
+        s.deallocate(a).unwrap();
+        let b = s.allocate(64, 4).unwrap();
+        let (q, _) = s.resolve(&b).unwrap();
+        // SAFETY: q points to 64 live bytes.
+        assert!(unsafe { std::slice::from_raw_parts(q, 64) }.iter().all(|&x| x == 0));
+        assert_eq!(s.stats().reserved_bytes, 64);
+    }
+}

@@ -1,0 +1,123 @@
+//! `onyx info`.
+
+use std::collections::HashMap;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use onyx::core::graph::DEFAULT_DOMAIN;
+use onyx::core::ops::OpRegistry;
+
+use super::InfoArgs;
+use super::io::{bytes, open};
+
+pub fn info(a: InfoArgs) -> Result<ExitCode> {
+    let model = onyx::core::onnx::load_model_file(&a.model)
+        .with_context(|| format!("loading {}", a.model.display()))?;
+    let g = &model.graph;
+    println!("model     {}", a.model.display());
+    println!("ir        {}", model.ir_version);
+    println!("producer  {}", if model.producer.is_empty() { "-" } else { &model.producer });
+    let opsets: Vec<String> = model.opsets.iter().map(|(d, v)| format!("{d} {v}")).collect();
+    println!("opsets    {}", opsets.join(", "));
+    println!("weights   {} in {} tensors", bytes(g.initializer_bytes()), g.initializers.len());
+    println!("inputs");
+    for &v in &g.inputs {
+        let info = g.value(v);
+        println!(
+            "  {}: {}",
+            info.name,
+            info.declared.as_ref().map_or("?".into(), |t| t.to_string())
+        );
+    }
+    println!("outputs");
+    for &v in &g.outputs {
+        let info = g.value(v);
+        println!(
+            "  {}: {}",
+            info.name,
+            info.declared.as_ref().map_or("?".into(), |t| t.to_string())
+        );
+    }
+
+    // Which backend can run each op: the core must parse it, then either the executor
+    // handles it (views, control flow, sequences) or the backend has a kernel.
+    let registry = OpRegistry::standard();
+    let cpu = onyx_cpu::CpuProvider::default();
+    let mut first_node: HashMap<String, &onyx::core::graph::Node> = HashMap::new();
+    collect(g, &mut first_node);
+    println!(
+        "ops ({} nodes{})",
+        g.op_histogram().values().sum::<usize>(),
+        if g.folded_constants > 0 { ", Constant folded into weights" } else { "" }
+    );
+    println!("  {:<32} {:>6}  {}", "op", "count", onyx::device::compiled_backends().join(" "));
+    for (op, count) in g.op_histogram() {
+        let support = if op == "Constant" {
+            "yes".to_string()
+        } else {
+            match first_node.get(&op) {
+                Some(node) => match registry.build(node) {
+                    Ok(parsed) if onyx::core::exec::handled_by_executor(&*parsed) => "yes".into(),
+                    Ok(_)
+                        if onyx::core::ep::ExecutionProvider::supports_op(
+                            &cpu,
+                            &node.domain,
+                            &node.op_type,
+                        ) =>
+                    {
+                        "yes".into()
+                    }
+                    Ok(_) => "no kernel".into(),
+                    Err(e) => format!("no ({e})"),
+                },
+                None => "?".into(),
+            }
+        };
+        println!("  {op:<32} {count:>6}  {support}");
+    }
+
+    if a.no_plan {
+        return Ok(ExitCode::SUCCESS);
+    }
+    // Planned memory: the planner's figures for one run at the given dims.
+    let dims: Vec<String> = a.session.dims.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    println!(
+        "planned memory ({} device, symbolic dims {} , others 1)",
+        a.session.device,
+        if dims.is_empty() { "-".into() } else { dims.join(" ") }
+    );
+    let planned = (|| -> Result<onyx::MemoryReport> {
+        let session = open(&a.model, &a.session, true)?;
+        let values = super::io::inputs(&session, &[], &a.session.dims, 0)?;
+        Ok(session.run(values).context("planning run")?.memory)
+    })();
+    match planned {
+        Ok(m) => {
+            println!("  weights (resident)     {:>12}", bytes(m.weight_bytes));
+            println!("  live-set bound         {:>12}", bytes(m.live_set_bound_bytes));
+            println!("  without release        {:>12}", bytes(m.no_release_bytes));
+            println!("  measured peak          {:>12}", bytes(m.peak_bytes));
+        }
+        Err(e) => println!("  unavailable: {e:#}"),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn collect<'g>(
+    g: &'g onyx::core::graph::Graph,
+    into: &mut HashMap<String, &'g onyx::core::graph::Node>,
+) {
+    for n in &g.nodes {
+        let key = if n.domain == DEFAULT_DOMAIN {
+            n.op_type.clone()
+        } else {
+            format!("{}::{}", n.domain, n.op_type)
+        };
+        into.entry(key).or_insert(n);
+        for (_, attr) in n.attrs.iter() {
+            for sub in attr.graphs() {
+                collect(sub, into);
+            }
+        }
+    }
+}

@@ -1,0 +1,124 @@
+//! Command-line parsing (clap) and the subcommands.
+
+mod conformance;
+mod info;
+mod io;
+mod run;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+
+/// Onyx: portable ONNX inference whose memory is the peak live set.
+#[derive(Parser, Debug)]
+#[command(name = "onyx", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run a model and print its outputs, latency and memory figures.
+    Run(RunArgs),
+    /// Describe a model: IR, opsets, inputs and outputs, ops, backend support, planned memory.
+    Info(InfoArgs),
+    /// Run the ONNX node test suite on a backend and report pass/fail/error/unsupported.
+    Conformance(ConformanceArgs),
+}
+
+/// Options shared by commands that build a session.
+#[derive(Args, Debug, Clone)]
+pub struct SessionArgs {
+    /// Device: cpu, wgpu, wgpu:N, cuda or cuda:N.
+    #[arg(long, default_value = "cpu")]
+    device: String,
+    /// Make any device or per-node fallback an error.
+    #[arg(long)]
+    strict: bool,
+    /// Size of a symbolic dimension, e.g. --dim batch=2 (others default to 1).
+    #[arg(long = "dim", value_name = "NAME=VALUE", value_parser = parse_dim)]
+    dims: Vec<(String, usize)>,
+    /// CPU worker threads (default: all cores).
+    #[arg(long)]
+    threads: Option<usize>,
+}
+
+#[derive(Args, Debug)]
+struct RunArgs {
+    /// The .onnx file.
+    model: PathBuf,
+    #[command(flatten)]
+    session: SessionArgs,
+    /// An input from a file: NAME=FILE.npy or NAME=FILE.pb (others are generated).
+    #[arg(long = "input", value_name = "NAME=FILE", value_parser = parse_input)]
+    inputs: Vec<(String, PathBuf)>,
+    /// Keep every intermediate until the end of the run (for comparison).
+    #[arg(long)]
+    no_release: bool,
+    /// Write each output as OUTPUT_NAME.npy into this folder.
+    #[arg(long)]
+    output_dir: Option<PathBuf>,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+    /// Seed for generated inputs.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+}
+
+#[derive(Args, Debug)]
+struct InfoArgs {
+    /// The .onnx file.
+    model: PathBuf,
+    #[command(flatten)]
+    session: SessionArgs,
+    /// Skip the run that measures the planned memory figures.
+    #[arg(long)]
+    no_plan: bool,
+}
+
+#[derive(Args, Debug)]
+struct ConformanceArgs {
+    /// Backend (device string) to test.
+    #[arg(long, default_value = "cpu")]
+    backend: String,
+    /// Only cases whose name matches this regex.
+    #[arg(long)]
+    filter: Option<String>,
+    /// Write <backend>.json and <backend>.md here.
+    #[arg(long)]
+    report: Option<PathBuf>,
+    /// The suite folder (default: $ONYX_TESTDATA/node or target/onnx-testdata/node; generated if missing).
+    #[arg(long)]
+    data: Option<PathBuf>,
+    /// Compare with this manifest of expected passes; regressions make the exit code 1.
+    #[arg(long)]
+    manifest: Option<PathBuf>,
+    /// Fail instead of falling back to the CPU (for GPU backends).
+    #[arg(long)]
+    no_fallback: bool,
+}
+
+fn parse_dim(s: &str) -> Result<(String, usize), String> {
+    let (k, v) = s.split_once('=').ok_or("expected NAME=VALUE")?;
+    Ok((k.to_string(), v.parse().map_err(|_| format!("'{v}' is not a size"))?))
+}
+
+fn parse_input(s: &str) -> Result<(String, PathBuf), String> {
+    let (k, v) = s.rsplit_once('=').ok_or("expected NAME=FILE")?;
+    Ok((k.to_string(), PathBuf::from(v)))
+}
+
+/// Runs the chosen subcommand.
+///
+/// # Errors
+/// The subcommand's error, with context for every layer.
+pub fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Run(a) => run::run(a),
+        Command::Info(a) => info::info(a),
+        Command::Conformance(a) => conformance::conformance(a),
+    }
+}

@@ -1,0 +1,112 @@
+//! `onyx run`.
+
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use onyx::Value;
+use serde_json::json;
+
+use super::RunArgs;
+use super::io::{bytes, inputs, open, output_file_name, stats};
+
+pub fn run(a: RunArgs) -> Result<ExitCode> {
+    let session = open(&a.model, &a.session, !a.no_release)?;
+    let values = inputs(&session, &a.inputs, &a.session.dims, a.seed)?;
+    let out = session.run(values).with_context(|| format!("running {}", a.model.display()))?;
+
+    if let Some(dir) = &a.output_dir {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        for (name, v) in &out.values {
+            let path = dir.join(output_file_name(name));
+            match v {
+                Value::Tensor(t) => {
+                    let f = std::fs::File::create(&path)
+                        .with_context(|| format!("creating {}", path.display()))?;
+                    onyx::npy::write_npy(std::io::BufWriter::new(f), t)
+                        .with_context(|| format!("writing {}", path.display()))?;
+                }
+                Value::Sequence(..) => log::warn!("output '{name}' is a sequence; not written"),
+            }
+        }
+    }
+
+    let m = out.memory;
+    if a.json {
+        let outputs: Vec<_> = out
+            .values
+            .iter()
+            .map(|(name, v)| match v {
+                Value::Tensor(t) => json!({
+                    "name": name,
+                    "dtype": t.dtype().name(),
+                    "shape": t.shape(),
+                    "stats": stats(t),
+                    "file": a.output_dir.as_ref().map(|d| d.join(output_file_name(name))),
+                }),
+                Value::Sequence(d, ts) => {
+                    json!({"name": name, "dtype": d.name(), "sequence_length": ts.len()})
+                }
+            })
+            .collect();
+        let report = json!({
+            "model": a.model,
+            "device": session.device(),
+            "requested_device": session.requested_device(),
+            "fallback": session.fallback(),
+            "latency_ms": out.latency.as_secs_f64() * 1e3,
+            "outputs": outputs,
+            "memory": {
+                "release_dead_values": !a.no_release,
+                "peak_bytes": m.peak_bytes,
+                "no_release_bytes": m.no_release_bytes,
+                "live_set_bound_bytes": m.live_set_bound_bytes,
+                "releases": m.releases,
+                "weight_bytes": m.weight_bytes,
+            },
+        });
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+
+    println!("model   {}", a.model.display());
+    println!(
+        "device  {}{}",
+        session.device(),
+        session.fallback().map(|f| format!(" (fallback: {f})")).unwrap_or_default()
+    );
+    println!("outputs");
+    for (name, v) in &out.values {
+        match v {
+            Value::Tensor(t) => {
+                let s = stats(t);
+                let f = |x: Option<f64>| x.map_or("-".into(), |v| format!("{v:.6}"));
+                println!(
+                    "  {name}: {} {:?}  min {} max {} mean {}  first {:?}",
+                    t.dtype(),
+                    t.shape(),
+                    f(s.min),
+                    f(s.max),
+                    f(s.mean),
+                    s.first
+                );
+            }
+            Value::Sequence(d, ts) => println!("  {name}: sequence of {} {d} tensors", ts.len()),
+        }
+    }
+    println!("latency {:.3} ms", out.latency.as_secs_f64() * 1e3);
+    println!("memory (weights {} resident, not counted below)", bytes(m.weight_bytes));
+    let mode = if a.no_release { "release off" } else { "release on" };
+    println!("  peak ({mode})         {:>12}  ({} B)", bytes(m.peak_bytes), m.peak_bytes);
+    println!(
+        "  without release        {:>12}  ({} B)",
+        bytes(m.no_release_bytes),
+        m.no_release_bytes
+    );
+    println!(
+        "  live-set bound         {:>12}  ({} B)",
+        bytes(m.live_set_bound_bytes),
+        m.live_set_bound_bytes
+    );
+    println!("  releases               {:>12}", m.releases);
+    Ok(ExitCode::SUCCESS)
+}

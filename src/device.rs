@@ -1,0 +1,118 @@
+//! Device strings (`cpu`, `wgpu`, `wgpu:N`, `cuda`, `cuda:N`), parsed once and
+//! resolved to one provider that every component of a session uses.
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+
+use onyx_core::ep::ExecutionProvider;
+use onyx_cpu::{CpuOptions, CpuProvider};
+
+use crate::error::Error;
+
+/// A device as the user asked for it.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Device {
+    /// The CPU reference backend.
+    Cpu,
+    /// A wgpu adapter; `None` picks the default one.
+    Wgpu(Option<u32>),
+    /// An NVIDIA GPU; `None` picks GPU 0.
+    Cuda(Option<u32>),
+}
+
+impl FromStr for Device {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self, Error> {
+        let bad = || Error::BadDevice(s.to_string());
+        let (kind, ordinal) = match s.split_once(':') {
+            Some((k, n)) => (k, Some(n.parse::<u32>().map_err(|_| bad())?)),
+            None => (s, None),
+        };
+        match (kind.to_ascii_lowercase().as_str(), ordinal) {
+            ("cpu", None) => Ok(Device::Cpu),
+            ("wgpu", n) => Ok(Device::Wgpu(n)),
+            ("cuda", n) => Ok(Device::Cuda(n)),
+            _ => Err(bad()),
+        }
+    }
+}
+
+impl fmt::Display for Device {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Device::Cpu => f.write_str("cpu"),
+            Device::Wgpu(None) => f.write_str("wgpu"),
+            Device::Wgpu(Some(n)) => write!(f, "wgpu:{n}"),
+            Device::Cuda(None) => f.write_str("cuda"),
+            Device::Cuda(Some(n)) => write!(f, "cuda:{n}"),
+        }
+    }
+}
+
+/// The outcome of resolving a device request.
+pub struct Resolved {
+    /// What was asked for.
+    pub requested: Device,
+    /// The provider every component of the session uses.
+    pub provider: Arc<dyn ExecutionProvider>,
+    /// Why the request fell back to the CPU, if it did.
+    pub fallback: Option<String>,
+}
+
+/// Which backends this build of Onyx contains.
+pub fn compiled_backends() -> Vec<&'static str> {
+    vec!["cpu"]
+}
+
+/// Resolves a device request to a provider. An unavailable device falls back to
+/// the CPU with a warning, or is an error under `strict`.
+///
+/// # Errors
+/// [`Error::DeviceUnavailable`] in strict mode.
+pub fn resolve(requested: Device, strict: bool, cpu: CpuOptions) -> Result<Resolved, Error> {
+    let unavailable = match requested {
+        Device::Cpu => None,
+        Device::Wgpu(_) => Some("this build of Onyx has no wgpu backend".to_string()),
+        Device::Cuda(_) => {
+            Some("this build of Onyx has no CUDA backend (build with --features cuda)".to_string())
+        }
+    };
+    if let Some(reason) = unavailable {
+        if strict {
+            return Err(Error::DeviceUnavailable { requested: requested.to_string(), reason });
+        }
+        log::warn!("device {requested} is not available ({reason}); falling back to cpu");
+        return Ok(Resolved {
+            requested,
+            provider: Arc::new(CpuProvider::new(cpu)),
+            fallback: Some(reason),
+        });
+    }
+    Ok(Resolved { requested, provider: Arc::new(CpuProvider::new(cpu)), fallback: None })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn device_strings_parse_with_and_without_ordinals() {
+        assert_eq!("cpu".parse::<Device>().unwrap(), Device::Cpu);
+        assert_eq!("wgpu".parse::<Device>().unwrap(), Device::Wgpu(None));
+        assert_eq!("cuda:3".parse::<Device>().unwrap(), Device::Cuda(Some(3)));
+        assert!("cpu:1".parse::<Device>().is_err());
+        assert!("tpu".parse::<Device>().is_err());
+        assert!("cuda:x".parse::<Device>().is_err());
+    }
+
+    #[test]
+    fn a_missing_device_falls_back_to_cpu_unless_strict() {
+        let r = resolve(Device::Cuda(Some(7)), false, CpuOptions::default()).unwrap();
+        assert_eq!(r.provider.name(), "cpu");
+        assert!(r.fallback.is_some());
+        let err = resolve(Device::Cuda(Some(7)), true, CpuOptions::default()).err().unwrap();
+        assert!(err.to_string().contains("cuda:7"), "{err}");
+    }
+}

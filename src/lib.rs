@@ -1,0 +1,34 @@
+//! Onyx: a portable ONNX inference runtime whose memory cost is the model's
+//! peak live set, not its node count.
+//!
+//! ```no_run
+//! use onyx::{Session, Tensor, Value};
+//!
+//! let session = Session::builder()
+//!     .with_device("cpu")
+//!     .with_release_dead_values(true)
+//!     .commit_from_file("examples/tiny_cnn.onnx")?;
+//! let x = Tensor::from_vec(vec![1, 3, 32, 32], vec![0.5f32; 3 * 32 * 32])?;
+//! let out = session.run([("input", Value::Tensor(x))])?;
+//! println!("peak {} bytes", out.memory.peak_bytes);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(missing_docs)]
+
+pub mod conformance;
+pub mod device;
+mod error;
+pub mod inputs;
+pub mod npy;
+mod session;
+
+pub use device::Device;
+pub use error::{Error, Result};
+pub use onyx_core::dtype::DType;
+pub use onyx_core::tensor::{Tensor, Value};
+pub use session::{IoInfo, MemoryReport, Progress, RunOutputs, Session, SessionBuilder};
+
+/// The core crate, for lower-level use (graph IR, planner, provider traits).
+pub use onyx_core as core;

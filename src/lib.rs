@@ -8,7 +8,7 @@
 //!     .with_device("cpu")
 //!     .with_release_dead_values(true)
 //!     .commit_from_file("examples/tiny_cnn.onnx")?;
-//! let x = Tensor::from_vec(vec![1, 3, 32, 32], vec![0.5f32; 3 * 32 * 32])?;
+//! let x = Tensor::from_vec(vec![1, 3, 64, 64], vec![0.5f32; 3 * 64 * 64])?;
 //! let out = session.run([("input", Value::Tensor(x))])?;
 //! println!("peak {} bytes", out.memory.peak_bytes);
 //! # Ok::<(), Box<dyn std::error::Error>>(())

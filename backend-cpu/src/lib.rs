@@ -15,7 +15,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
-pub mod kernels;
+mod kernels;
 mod provider;
 mod storage;
 

@@ -104,7 +104,7 @@ impl TensorArg {
 pub struct KernelSpec<'a> {
     /// The node (name, op type, domain, opset, raw attributes).
     pub node: &'a Node,
-    /// The parsed op, shared by all backends; downcast it through [`Op::as_any`].
+    /// The parsed op, shared by all backends; read its parameters with [`crate::ops::downcast`].
     pub op: &'a dyn Op,
     /// Input dtypes; `None` for absent optional inputs.
     pub input_dtypes: &'a [Option<DType>],

@@ -79,7 +79,7 @@ pub enum LoadError {
     )]
     UndefinedInput {
         /// The node.
-        node: NodeDesc,
+        node: Box<NodeDesc>,
         /// Input position.
         index: usize,
         /// The undefined name.
@@ -93,12 +93,12 @@ pub enum LoadError {
     DuplicateValue(String),
     /// The nodes form a cycle.
     #[error("the graph has a cycle through node {0}")]
-    Cycle(NodeDesc),
+    Cycle(Box<NodeDesc>),
     /// A node attribute is malformed.
     #[error("{node}: attribute '{attribute}'")]
     Attribute {
         /// The node.
-        node: NodeDesc,
+        node: Box<NodeDesc>,
         /// The attribute.
         attribute: String,
         /// What is wrong.
@@ -109,7 +109,7 @@ pub enum LoadError {
     #[error("{node}: subgraph '{attribute}'")]
     Subgraph {
         /// The node owning the subgraph.
-        node: NodeDesc,
+        node: Box<NodeDesc>,
         /// The attribute holding it.
         attribute: String,
         /// The failure inside.
@@ -292,7 +292,7 @@ pub enum Error {
     #[error("{node}")]
     Op {
         /// The node.
-        node: NodeDesc,
+        node: Box<NodeDesc>,
         /// The op-level failure.
         #[source]
         source: OpError,
@@ -301,7 +301,7 @@ pub enum Error {
     #[error("{node}: no kernel on backend {backend}")]
     NoKernel {
         /// The node.
-        node: NodeDesc,
+        node: Box<NodeDesc>,
         /// The backend asked.
         backend: String,
         /// Why the backend declined.
@@ -312,7 +312,7 @@ pub enum Error {
     #[error("{node} failed on backend {backend}")]
     Kernel {
         /// The node.
-        node: NodeDesc,
+        node: Box<NodeDesc>,
         /// The backend that ran it.
         backend: String,
         /// The backend's error.
@@ -323,7 +323,7 @@ pub enum Error {
     #[error("{node}: subgraph '{branch}' failed")]
     Subgraph {
         /// The node owning the subgraph.
-        node: NodeDesc,
+        node: Box<NodeDesc>,
         /// The attribute name (`then_branch`, `body`, …).
         branch: String,
         /// The failure inside.

@@ -80,14 +80,16 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
             Value::Tensor(t) => {
                 let s = stats(t);
                 let f = |x: Option<f64>| x.map_or("-".into(), |v| format!("{v:.6}"));
+                let first: Vec<String> =
+                    s.first.iter().map(|v| v.to_string().trim_matches('"').to_string()).collect();
                 println!(
-                    "  {name}: {} {:?}  min {} max {} mean {}  first {:?}",
+                    "  {name}: {} {:?}  min {} max {} mean {}  first [{}]",
                     t.dtype(),
                     t.shape(),
                     f(s.min),
                     f(s.max),
                     f(s.mean),
-                    s.first
+                    first.join(", ")
                 );
             }
             Value::Sequence(d, ts) => println!("  {name}: sequence of {} {d} tensors", ts.len()),

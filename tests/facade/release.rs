@@ -278,8 +278,8 @@ fn a_value_captured_by_a_subgraph_survives_the_subgraph() {
                     &["c"],
                     &["y"],
                     vec![
-                        ("then_branch", A::G(branch("Neg"))),
-                        ("else_branch", A::G(branch("Abs"))),
+                        ("then_branch", A::G(Box::new(branch("Neg")))),
+                        ("else_branch", A::G(Box::new(branch("Abs")))),
                     ],
                 ),
                 node("Add", "add", &["v", "y"], &["z"], vec![]),

@@ -45,7 +45,7 @@ fn kind(vi: &pb::ValueInfoProto) -> Kind {
     }
 }
 
-fn sequence_value(s: &pb::SequenceProto) -> Result<Value, String> {
+fn sequence_value(s: &pb::SequenceProto, vi: Option<&pb::ValueInfoProto>) -> Result<Value, String> {
     let tensors = s
         .tensor_values
         .iter()
@@ -54,11 +54,15 @@ fn sequence_value(s: &pb::SequenceProto) -> Result<Value, String> {
     if !s.sequence_values.is_empty() || !s.map_values.is_empty() || !s.optional_values.is_empty() {
         return Err("nested sequences, maps and optionals are not supported".into());
     }
-    let dtype = tensors
-        .first()
-        .map(|t| t.dtype())
-        .or_else(|| s.elem_type.and_then(|_| None))
-        .unwrap_or(DType::F32);
+    // An empty sequence takes its dtype from the declared sequence type.
+    let declared = vi
+        .and_then(|v| v.r#type.as_ref())
+        .and_then(onyx_core::onnx::type_info)
+        .and_then(|t| match t {
+            onyx_core::graph::TypeInfo::Sequence(Some(inner)) => inner.tensor_dtype(),
+            _ => None,
+        });
+    let dtype = tensors.first().map(|t| t.dtype()).or(declared).unwrap_or(DType::F32);
     Ok(Value::Sequence(dtype, tensors))
 }
 
@@ -80,7 +84,7 @@ fn decode(
     }
     if let Ok(s) = pb::SequenceProto::decode(&bytes[..]) {
         if let Some(vi) = s.name.as_deref().and_then(|n| named(n, Kind::Sequence)) {
-            return Ok((vi.name.clone().unwrap_or_default(), sequence_value(&s)?));
+            return Ok((vi.name.clone().unwrap_or_default(), sequence_value(&s, Some(vi))?));
         }
     }
     // No usable name inside: fall back to the file's position.
@@ -97,7 +101,7 @@ fn decode(
         }
         Kind::Sequence => {
             let s = pb::SequenceProto::decode(&bytes[..]).map_err(|e| e.to_string())?;
-            Ok((name, sequence_value(&s)?))
+            Ok((name, sequence_value(&s, Some(vi))?))
         }
         Kind::Other => Err(format!("'{name}': optional and map values are not supported")),
     }

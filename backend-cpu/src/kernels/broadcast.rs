@@ -77,6 +77,7 @@ impl Broadcast {
     }
 
     /// Output elements.
+    #[cfg(test)]
     pub fn numel(&self) -> usize {
         self.numel
     }

@@ -23,8 +23,6 @@ use std::collections::HashMap;
 use onyx_core::dtype::DType;
 use onyx_core::ep::{EpError, KernelSpec};
 
-pub use broadcast::Broadcast;
-
 /// A prepared CPU kernel.
 pub trait CpuKernel: Send + Sync {
     /// Runs on the given tensors. Output buffers are allocated and zeroed.

@@ -163,7 +163,7 @@ fn layer_norm<T: AsF64 + bytemuck::Pod + Send + Sync, S: AsF64 + bytemuck::Pod +
     };
     let eps = ln.epsilon as f64;
     let data = output_from_input::<T>(io)?;
-    let rows = if len == 0 { 0 } else { data.len() / len };
+    let rows = data.len().checked_div(len).unwrap_or(0);
     let mut stats = vec![(0f64, 0f64); rows];
     if len > 0 {
         data.par_chunks_mut(len).zip(stats.par_iter_mut()).for_each(|(row, st)| {

@@ -118,7 +118,7 @@ fn pool<T: AsF64 + bytemuck::Pod + PartialOrd + Send + Sync>(
             *slot = compute(plane, o).0;
         }
     });
-    if let Some(idx) = indices.as_deref_mut() {
+    if let Some(idx) = indices.as_mut() {
         for plane in 0..planes {
             for o in 0..os {
                 idx[plane * os + o] = compute(plane, o).1;

@@ -46,7 +46,7 @@ fn reduce_float<T: AsF64 + bytemuck::Pod>(
     use ReduceKind::*;
     let x = io.input::<T>(0)?;
     let (map, n_out) = output_index(shape, axes);
-    let count = if n_out == 0 { 0 } else { x.len() / n_out };
+    let count = x.len().checked_div(n_out).unwrap_or(0);
     let init = match kind {
         Prod => 1.0,
         Max => f64::NEG_INFINITY,
@@ -122,7 +122,7 @@ fn reduce_int<T: IntElem>(
     }
     let x = io.input::<T>(0)?;
     let (map, n_out) = output_index(shape, axes);
-    let count = if n_out == 0 { 0 } else { (x.len() / n_out) as i128 };
+    let count = x.len().checked_div(n_out).unwrap_or(0) as i128;
     let init = match kind {
         Prod => 1,
         Max => T::MIN,

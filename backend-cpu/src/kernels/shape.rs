@@ -116,7 +116,7 @@ movement_kernel!(SplitKernel, split, op: Split);
 fn slice<T: bytemuck::Pod + Send + Sync>(io: &KernelIo, s: &Slice) -> Result<(), EpError> {
     let shape = io.in_view(0)?.shape.clone();
     let resolved = match &s.attrs {
-        Some((starts, ends, axes)) => Slice::resolve(&shape, starts, ends, axes.as_deref(), None),
+        Some(a) => Slice::resolve(&shape, &a.starts, &a.ends, a.axes.as_deref(), None),
         None => {
             let opt = |i: usize| io.input_view(i).map(|_| io.ints(i)).transpose();
             let (axes, steps) = (opt(3)?, opt(4)?);

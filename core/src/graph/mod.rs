@@ -146,13 +146,13 @@ pub struct Node {
 
 impl Node {
     /// The description used in every error about this node.
-    pub fn desc(&self) -> NodeDesc {
-        NodeDesc {
+    pub fn desc(&self) -> Box<NodeDesc> {
+        Box::new(NodeDesc {
             name: self.name.clone(),
             op_type: self.op_type.clone(),
             domain: self.domain.clone(),
             opset: self.opset,
-        }
+        })
     }
 
     /// The input at `i`, if present.

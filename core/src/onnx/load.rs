@@ -196,12 +196,12 @@ impl Ctx<'_> {
                 1
             }
         };
-        let desc = NodeDesc {
+        let desc = Box::new(NodeDesc {
             name: name.clone(),
             op_type: op_type.clone(),
             domain: domain.clone(),
             opset,
-        };
+        });
 
         let mut inputs = Vec::with_capacity(n.input.len());
         for (i, input) in n.input.iter().enumerate() {

@@ -427,11 +427,22 @@ impl Op for Split {
     }
 }
 
+/// Slice bounds given as attributes (opset < 10).
+#[derive(Debug, Clone)]
+pub struct SliceAttrs {
+    /// First index per axis.
+    pub starts: Vec<i64>,
+    /// End (exclusive) per axis.
+    pub ends: Vec<i64>,
+    /// The axes (default: the first `starts.len()`).
+    pub axes: Option<Vec<i64>>,
+}
+
 /// `Slice` with per-axis starts, ends and steps.
 #[derive(Debug, Clone)]
 pub struct Slice {
-    /// `(starts, ends, axes)` from attributes (opset < 10); later opsets use inputs 1–4.
-    pub attrs: Option<(Vec<i64>, Vec<i64>, Option<Vec<i64>>)>,
+    /// Bounds from attributes (opset < 10); later opsets use inputs 1–4.
+    pub attrs: Option<SliceAttrs>,
 }
 
 /// One axis of a resolved slice: elements `start, start+step, …` (`len` of them).
@@ -495,7 +506,7 @@ impl Op for Slice {
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<Fact>, OpError> {
         let x = inputs.get(0)?;
         let (starts, ends, axes, steps) = match &self.attrs {
-            Some((s, e, a)) => (Some(s.clone()), Some(e.clone()), a.clone(), None),
+            Some(a) => (Some(a.starts.clone()), Some(a.ends.clone()), a.axes.clone(), None),
             None => {
                 let opt = |i| inputs.opt(i).map(|f| value_ints(f, i)).transpose();
                 let (axes, steps) = (opt(3)?, opt(4)?);
@@ -851,9 +862,12 @@ pub fn register_all(r: &mut OpRegistry) {
         if n.opset < 10 {
             check_inputs(n, 1, 1)?;
             let a = &n.attrs;
-            Ok(Box::new(Slice {
-                attrs: Some((a.req_ints("starts")?, a.req_ints("ends")?, a.ints("axes")?)),
-            }))
+            let attrs = SliceAttrs {
+                starts: a.req_ints("starts")?,
+                ends: a.req_ints("ends")?,
+                axes: a.ints("axes")?,
+            };
+            Ok(Box::new(Slice { attrs: Some(attrs) }))
         } else {
             check_inputs(n, 3, 5)?;
             Ok(Box::new(Slice { attrs: None }))

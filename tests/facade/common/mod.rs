@@ -13,7 +13,7 @@ pub enum A {
     F(f32),
     Is(Vec<i64>),
     S(&'static str),
-    G(pb::GraphProto),
+    G(Box<pb::GraphProto>),
 }
 
 pub fn node(
@@ -33,7 +33,7 @@ pub fn node(
                 A::F(v) => (p.f, p.r#type) = (Some(v), Some(T::Float as i32)),
                 A::Is(v) => (p.ints, p.r#type) = (v, Some(T::Ints as i32)),
                 A::S(v) => (p.s, p.r#type) = (Some(v.as_bytes().to_vec()), Some(T::String as i32)),
-                A::G(g) => (p.g, p.r#type) = (Some(g), Some(T::Graph as i32)),
+                A::G(g) => (p.g, p.r#type) = (Some(*g), Some(T::Graph as i32)),
             }
             p
         })

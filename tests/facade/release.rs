@@ -433,3 +433,107 @@ fn dropping_a_session_frees_its_weights() {
     assert_eq!(cpu.memory_stats().in_use_bytes, 0);
     assert_eq!(cpu.memory_stats().allocations, cpu.memory_stats().frees);
 }
+
+#[test]
+fn a_model_that_fails_to_compile_leaves_nothing_allocated() {
+    // The If's branch uploads a weight before a later node turns out unsupported.
+    let branch = graph(
+        vec![node("Add", "add", &["x", "bw"], &["r"], vec![])],
+        vec![],
+        vec![untyped("r")],
+        vec![("bw", f32s(&[4], |i| i as f32))],
+    );
+    let m = model(
+        graph(
+            vec![
+                node(
+                    "If",
+                    "if",
+                    &["c"],
+                    &["y"],
+                    vec![
+                        ("then_branch", A::G(Box::new(branch.clone()))),
+                        ("else_branch", A::G(Box::new(branch))),
+                    ],
+                ),
+                node("Frobnicate", "f", &["y"], &["z"], vec![]),
+            ],
+            vec![value("x", DType::F32, &[4]), value("c", DType::Bool, &[])],
+            vec![value("z", DType::F32, &[4])],
+            vec![("w", f32s(&[4], |i| i as f32))],
+        ),
+        13,
+    );
+    let cpu = std::sync::Arc::new(onyx_cpu::CpuProvider::default());
+    let err = onyx::Session::builder()
+        .with_provider(cpu.clone())
+        .commit_from_bytes(m, None)
+        .err()
+        .unwrap();
+    assert!(onyx::conformance::is_unsupported(&err), "{err}");
+    let st = cpu.memory_stats();
+    assert_eq!(st.in_use_bytes, 0);
+    assert_eq!(st.allocations, st.frees);
+    assert!(st.allocations >= 3, "the weights were uploaded, then freed");
+}
+
+#[test]
+fn the_executor_ledger_balances_on_success_and_on_failure() {
+    // Success: everything the run allocated is freed except the outputs it returns.
+    let ok = diamond();
+    let (cpu, lent, r) = run_lent(ok, &[x()]);
+    let st = cpu.memory_stats();
+    let outputs: u64 = r
+        .outputs
+        .iter()
+        .map(|o| match o {
+            DeviceValue::Tensor(t) => t.buffer.size,
+            DeviceValue::Sequence(_, ts) => ts.iter().map(|t| t.buffer.size).sum(),
+        })
+        .sum();
+    let lent_bytes: u64 = lent.iter().map(|t| t.buffer.size).sum();
+    assert_eq!(st.in_use_bytes, lent_bytes + outputs);
+    assert_eq!(st.allocations - st.frees, (lent.len() + r.outputs.len()) as u64);
+
+    // Failure: nothing the run allocated survives it.
+    let bad = model(
+        graph(
+            vec![
+                node("Transpose", "a", &["x"], &["a"], vec![]),
+                node("Transpose", "b", &["a"], &["b"], vec![]),
+                node("Gather", "g", &["b", "idx"], &["y"], vec![]),
+            ],
+            vec![value("x", DType::F32, &[N as i64, N as i64])],
+            vec![value("y", DType::F32, &[1, N as i64])],
+            vec![("idx", Tensor::from_vec(vec![1], vec![-1000i64]).unwrap())],
+        ),
+        13,
+    );
+    let model =
+        onyx::core::onnx::load_model_bytes(bad.into(), &onyx::core::onnx::external::NoExternalData)
+            .unwrap();
+    let cpu = onyx_cpu::CpuProvider::default();
+    let registry = OpRegistry::standard();
+    let mut cg = exec::compile(
+        std::sync::Arc::new(model.graph),
+        &Default::default(),
+        &cpu,
+        &CompileOptions { registry: &registry, on_upload: None },
+    )
+    .unwrap();
+    let before = cpu.memory_stats();
+    let t = x();
+    let b = cpu.allocate(t.byte_len() as u64, 4).unwrap();
+    cpu.upload(b, t.bytes().unwrap()).unwrap();
+    let input =
+        DeviceValue::Tensor(TensorArg { buffer: b, dtype: t.dtype(), shape: t.shape().to_vec() });
+    let err =
+        pollster::block_on(exec::run(&cg, &cpu, &[input], RunOptions::default())).unwrap_err();
+    assert!(err.to_string().contains("node 'g'"), "{err}");
+    cpu.deallocate(b).unwrap();
+    let after = cpu.memory_stats();
+    assert_eq!(after.in_use_bytes, before.in_use_bytes);
+    assert_eq!(after.allocations - before.allocations, after.frees - before.frees);
+    cg.free_weights(&cpu).unwrap();
+    assert_eq!(cpu.memory_stats().in_use_bytes, 0);
+}

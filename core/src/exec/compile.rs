@@ -135,20 +135,28 @@ pub fn compile(
     opts: &CompileOptions<'_>,
 ) -> Result<CompiledGraph, Error> {
     let mut weights = Vec::new();
-    match compile_inner(&graph, outer, ep, opts, &mut weights) {
-        Ok((plan, steps, facts, captures)) => {
+    let mut steps = Vec::new();
+    match compile_inner(&graph, outer, ep, opts, &mut weights, &mut steps) {
+        Ok((plan, facts, captures)) => {
             Ok(CompiledGraph { graph, plan, steps, facts, weights, captures })
         }
         Err(e) => {
-            for (_, w) in weights {
-                let _ = ep.deallocate(w.buffer);
-            }
+            // Free what was uploaded so far, subgraphs of finished steps included.
+            let mut partial = CompiledGraph {
+                graph,
+                plan: Plan::new(&Graph::default(), vec![], &[], |_, _| false),
+                steps,
+                facts: vec![],
+                weights,
+                captures: vec![],
+            };
+            let _ = partial.free_weights(ep);
             Err(e)
         }
     }
 }
 
-type Compiled = (Plan, Vec<Step>, Vec<Option<Fact>>, Vec<(ValueId, ValueId)>);
+type Compiled = (Plan, Vec<Option<Fact>>, Vec<(ValueId, ValueId)>);
 
 fn compile_inner(
     graph: &Arc<Graph>,
@@ -156,6 +164,7 @@ fn compile_inner(
     ep: &dyn ExecutionProvider,
     opts: &CompileOptions<'_>,
     weights: &mut Vec<(ValueId, TensorArg)>,
+    steps: &mut Vec<Step>,
 ) -> Result<Compiled, Error> {
     let order = topological_order(graph)?;
     let mut facts: Vec<Option<Fact>> = vec![None; graph.values.len()];
@@ -197,7 +206,7 @@ fn compile_inner(
         }
     }
 
-    let mut steps = Vec::with_capacity(order.len());
+    steps.reserve(order.len());
     let mut traits = vec![NodeTraits::default(); graph.nodes.len()];
     for &n in &order {
         let node = &graph.nodes[n.index()];
@@ -316,7 +325,7 @@ fn compile_inner(
         }
     };
     let plan = Plan::new(graph, order, &traits, dtypes_match);
-    Ok((plan, steps, facts, captures))
+    Ok((plan, facts, captures))
 }
 
 /// The facts visible to a subgraph of `graph`, by name. The loader made `graph`

@@ -46,7 +46,8 @@ def main():
 
     warnings.simplefilter("ignore")
     cases = node.collect_testcases(None)
-    tmp = out + ".partial"
+    # A private temporary folder, so concurrent generators cannot collide.
+    tmp = f"{out}.{os.getpid()}.partial"
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
     for case in cases:
@@ -68,8 +69,11 @@ def main():
                 write_value(os.path.join(ds, f"output_{j}.pb"), value, info.type, info.name)
     with open(os.path.join(tmp, "SUITE.json"), "w") as f:
         json.dump({"onnx": onnx.__version__, "cases": len(cases)}, f)
-    shutil.rmtree(out, ignore_errors=True)
-    os.replace(tmp, out)
+    if os.path.exists(os.path.join(out, "SUITE.json")):
+        shutil.rmtree(tmp)  # another generator finished first
+    else:
+        shutil.rmtree(out, ignore_errors=True)
+        os.replace(tmp, out)
     print(f"wrote {len(cases)} node-suite cases from onnx {onnx.__version__} to {out}")
 
 

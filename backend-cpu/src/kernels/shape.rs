@@ -3,7 +3,9 @@
 
 use onyx_core::dtype::DType;
 use onyx_core::ep::{EpError, KernelSpec};
-use onyx_core::ops::shape::{ConstantOfShape, Gather, ShapeOf, Slice, Split, Transpose};
+use onyx_core::ops::generate::ConstantOfShape;
+use onyx_core::ops::movement::{Concat, Gather, Slice, Split, Transpose};
+use onyx_core::ops::shape::ShapeOf;
 use onyx_core::shape::{normalize_axis, strides};
 use rayon::prelude::*;
 
@@ -310,7 +312,7 @@ pub fn register_all(r: &mut KernelRegistry) {
         }))
     });
     r.register("Concat", |s| {
-        let axis = op::<onyx_core::ops::shape::Concat>(s)?.axis;
+        let axis = op::<Concat>(s)?.axis;
         Ok(Box::new(ConcatKernel { dtype: width_of(s, "Concat")?, axis }))
     });
     r.register("Split", |s| {

@@ -2,6 +2,8 @@
 
 mod compile;
 mod run;
+mod sequence;
+mod state;
 
 pub use compile::{Action, CompileOptions, CompiledGraph, Step, compile, declared_fact};
 pub use run::{DeviceValue, RunOptions, RunResult, run};

@@ -7,14 +7,13 @@ use std::future::Future;
 use std::pin::Pin;
 
 use super::compile::{Action, CompiledGraph, Step};
+use super::state::{Exec, Frame, Outputs, Slot, Val, common_shape};
 use crate::dtype::DType;
-use crate::ep::{DeviceBuffer, ExecutionProvider, TensorArg};
+use crate::ep::{ExecutionProvider, TensorArg};
 use crate::error::{Error, OpError};
 use crate::graph::{Node, ValueId};
-use crate::ops::sequence::SequenceKind;
 use crate::ops::{Fact, InferInputs};
 use crate::plan::{Guard, MemoryFigures, RunTrace};
-use crate::shape::Shape;
 use crate::tensor::Tensor;
 
 /// Per-run settings.
@@ -100,139 +99,7 @@ fn tensors(v: &DeviceValue) -> Vec<&TensorArg> {
     }
 }
 
-struct BufState {
-    buffer: DeviceBuffer,
-    refs: u32,
-    /// Allocated by this run (only those are ever freed by it).
-    owned: bool,
-    /// Bound to a guarded value: never freed before the end of the run.
-    guarded: bool,
-}
-
-#[derive(Clone, Debug)]
-struct Slot {
-    key: usize,
-    dtype: DType,
-    shape: Vec<usize>,
-}
-
-#[derive(Clone, Debug)]
-enum Val {
-    Tensor(Slot),
-    Seq(DType, Vec<Slot>),
-}
-
-impl Val {
-    fn slots(&self) -> &[Slot] {
-        match self {
-            Val::Tensor(s) => std::slice::from_ref(s),
-            Val::Seq(_, s) => s,
-        }
-    }
-}
-
-struct Frame {
-    vals: Vec<Option<Val>>,
-    /// Host copies of values needed for inference (shape arguments, conditions).
-    host: HashMap<ValueId, Tensor>,
-    trace: RunTrace,
-}
-
-struct Exec<'a> {
-    ep: &'a dyn ExecutionProvider,
-    bufs: Vec<BufState>,
-    /// Ids of buffers this run allocated and has not freed.
-    ledger: HashSet<u64>,
-    release: bool,
-    releases: u64,
-    /// Owned buffers with no references left, freed at the end of the run.
-    deferred: Vec<usize>,
-}
-
-type Outputs = (Vec<Val>, MemoryFigures);
-
 impl<'a> Exec<'a> {
-    fn provider_err(&self, action: String, source: crate::ep::EpError) -> Error {
-        Error::Provider { backend: self.ep.name(), action, source }
-    }
-
-    fn adopt(&mut self, buffer: DeviceBuffer, owned: bool) -> usize {
-        self.bufs.push(BufState { buffer, refs: 0, owned, guarded: false });
-        self.bufs.len() - 1
-    }
-
-    fn alloc(&mut self, bytes: u64, align: u32, what: &str) -> Result<usize, Error> {
-        let buffer = self
-            .ep
-            .allocate(bytes, align)
-            .map_err(|e| self.provider_err(format!("allocating {bytes} bytes for {what}"), e))?;
-        self.ledger.insert(buffer.id);
-        Ok(self.adopt(buffer, true))
-    }
-
-    fn dealloc(&mut self, key: usize) -> Result<(), Error> {
-        let buffer = self.bufs[key].buffer;
-        self.ep.deallocate(buffer).map_err(|e| self.provider_err("freeing a buffer".into(), e))?;
-        self.ledger.remove(&buffer.id);
-        self.bufs[key].owned = false;
-        Ok(())
-    }
-
-    fn hold(&mut self, val: &Val, guard: bool) {
-        for s in val.slots() {
-            self.bufs[s.key].refs += 1;
-            self.bufs[s.key].guarded |= guard;
-        }
-    }
-
-    /// Drops one reference per slot; frees buffers that reach zero (or defers them).
-    fn drop_val(&mut self, val: &Val) -> Result<(), Error> {
-        for s in val.slots() {
-            let b = &mut self.bufs[s.key];
-            b.refs -= 1;
-            if b.refs == 0 && b.owned {
-                if self.release && !b.guarded {
-                    self.dealloc(s.key)?;
-                    self.releases += 1;
-                } else {
-                    self.deferred.push(s.key);
-                }
-            }
-        }
-        Ok(())
-    }
-
-    fn free_deferred(&mut self) -> Result<(), Error> {
-        for key in std::mem::take(&mut self.deferred) {
-            if self.bufs[key].refs == 0 && self.bufs[key].owned {
-                self.dealloc(key)?;
-            }
-        }
-        Ok(())
-    }
-
-    fn free_everything_owned(&mut self) {
-        for key in 0..self.bufs.len() {
-            if self.bufs[key].owned {
-                // Best effort on the error path: the first error is the one reported.
-                let _ = self.dealloc(key);
-            }
-        }
-    }
-
-    fn arg(&self, s: &Slot) -> TensorArg {
-        TensorArg { buffer: self.bufs[s.key].buffer, dtype: s.dtype, shape: s.shape.clone() }
-    }
-
-    fn device_value(&self, v: &Val) -> DeviceValue {
-        match v {
-            Val::Tensor(s) => DeviceValue::Tensor(self.arg(s)),
-            Val::Seq(d, items) => {
-                DeviceValue::Sequence(*d, items.iter().map(|s| self.arg(s)).collect())
-            }
-        }
-    }
-
     fn bind_inputs(
         &mut self,
         cg: &CompiledGraph,
@@ -357,7 +224,7 @@ impl<'a> Exec<'a> {
         Ok(outs)
     }
 
-    async fn host_value(
+    pub(super) async fn host_value(
         &mut self,
         cg: &CompiledGraph,
         frame: &mut Frame,
@@ -597,131 +464,6 @@ impl<'a> Exec<'a> {
                 .then_some((slot.key, v))
         })
     }
-
-    async fn sequence(
-        &mut self,
-        cg: &CompiledGraph,
-        frame: &mut Frame,
-        node: &Node,
-        kind: SequenceKind,
-    ) -> Result<(), Error> {
-        let desc = node.desc();
-        let op_err = |source: OpError| Error::Op { node: desc.clone(), source };
-        let input = |i: usize| -> Result<Val, Error> {
-            let v = node.input(i).ok_or_else(|| op_err(OpError::MissingInput(i)))?;
-            frame.vals[v.index()]
-                .clone()
-                .ok_or_else(|| Error::Internal(format!("{desc}: input {i} is not live")))
-        };
-        let as_seq = |val: Val| match val {
-            Val::Seq(d, items) => Ok((d, items)),
-            Val::Tensor(_) => Err(op_err(OpError::Invalid("expected a sequence".into()))),
-        };
-        let as_tensor = |val: Val| match val {
-            Val::Tensor(s) => Ok(s),
-            Val::Seq(..) => Err(op_err(OpError::Invalid("expected a tensor".into()))),
-        };
-        let position = |len: usize, p: i64, allow_end: bool| -> Result<usize, Error> {
-            let limit = if allow_end { len + 1 } else { len } as i64;
-            let q = if p < 0 { p + len as i64 } else { p };
-            if (0..limit).contains(&q) {
-                Ok(q as usize)
-            } else {
-                Err(op_err(OpError::Shape(format!(
-                    "position {p} is out of range for {len} elements"
-                ))))
-            }
-        };
-        let Some(out) = node.outputs.first().copied().flatten() else { return Ok(()) };
-        let result = match kind {
-            SequenceKind::Construct => {
-                let mut items = Vec::new();
-                for i in 0..node.inputs.len() {
-                    items.push(as_tensor(input(i)?)?);
-                }
-                let dtype = items.first().map(|s| s.dtype).unwrap_or(DType::F32);
-                Val::Seq(dtype, items)
-            }
-            SequenceKind::Empty(dtype) => Val::Seq(dtype, vec![]),
-            SequenceKind::At => {
-                let (_, items) = as_seq(input(0)?)?;
-                let p = self.scalar_input(cg, frame, node, 1).await?;
-                Val::Tensor(items[position(items.len(), p, false)?].clone())
-            }
-            SequenceKind::Length => {
-                let (_, items) = as_seq(input(0)?)?;
-                let key = self.alloc(8, 8, "a sequence length")?;
-                let buffer = self.bufs[key].buffer;
-                self.ep
-                    .upload(buffer, &(items.len() as i64).to_le_bytes())
-                    .map_err(|e| self.provider_err("writing a sequence length".into(), e))?;
-                frame.trace.allocated[out.index()] = Some(8);
-                Val::Tensor(Slot { key, dtype: DType::I64, shape: vec![] })
-            }
-            SequenceKind::Insert => {
-                let (d, mut items) = as_seq(input(0)?)?;
-                let t = as_tensor(input(1)?)?;
-                let at = match node.input(2) {
-                    Some(_) => {
-                        position(items.len(), self.scalar_input(cg, frame, node, 2).await?, true)?
-                    }
-                    None => items.len(),
-                };
-                items.insert(at, t);
-                Val::Seq(d, items)
-            }
-            SequenceKind::Erase => {
-                let (d, mut items) = as_seq(input(0)?)?;
-                let at = match node.input(1) {
-                    Some(_) => {
-                        position(items.len(), self.scalar_input(cg, frame, node, 1).await?, false)?
-                    }
-                    None if items.is_empty() => {
-                        return Err(op_err(OpError::Shape(
-                            "cannot erase from an empty sequence".into(),
-                        )));
-                    }
-                    None => items.len() - 1,
-                };
-                items.remove(at);
-                Val::Seq(d, items)
-            }
-        };
-        // Elements of sequences are guarded: the sequence may hand them out later.
-        let guard = cg.plan.guard(out).is_some() || matches!(result, Val::Seq(..));
-        self.hold(&result, guard);
-        frame.vals[out.index()] = Some(result);
-        Ok(())
-    }
-
-    async fn scalar_input(
-        &mut self,
-        cg: &CompiledGraph,
-        frame: &mut Frame,
-        node: &Node,
-        i: usize,
-    ) -> Result<i64, Error> {
-        let v = node
-            .input(i)
-            .ok_or_else(|| Error::Op { node: node.desc(), source: OpError::MissingInput(i) })?;
-        let t = self.host_value(cg, frame, v).await?;
-        match t
-            .to_i64_vec()
-            .map_err(|e| Error::Op { node: node.desc(), source: e.into() })?
-            .as_slice()
-        {
-            [p] => Ok(*p),
-            _ => Err(Error::Op {
-                node: node.desc(),
-                source: OpError::Shape(format!("input {i} must be a scalar")),
-            }),
-        }
-    }
-}
-
-fn common_shape(items: &[Slot]) -> Option<Shape> {
-    let first = items.first()?;
-    items.iter().all(|s| s.shape == first.shape).then(|| Shape::known(&first.shape))
 }
 
 /// The concrete dtype, dims and byte size of output `i`.

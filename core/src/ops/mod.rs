@@ -8,7 +8,9 @@ pub mod control;
 pub mod conv;
 pub mod elementwise;
 mod fact;
+pub mod generate;
 pub mod linalg;
+pub mod movement;
 pub mod nn;
 pub mod reduce;
 pub mod sequence;
@@ -83,6 +85,8 @@ impl OpRegistry {
         conv::register_all(&mut r);
         nn::register_all(&mut r);
         shape::register_all(&mut r);
+        movement::register_all(&mut r);
+        generate::register_all(&mut r);
         reduce::register_all(&mut r);
         control::register_all(&mut r);
         sequence::register_all(&mut r);

@@ -1,0 +1,154 @@
+//! Executor state: buffers shared by reference count, values bound to them,
+//! and the ledger of what a run allocated.
+
+use std::collections::{HashMap, HashSet};
+
+use crate::dtype::DType;
+use crate::ep::{DeviceBuffer, ExecutionProvider, TensorArg};
+use crate::error::Error;
+use crate::graph::ValueId;
+use crate::plan::{MemoryFigures, RunTrace};
+use crate::shape::Shape;
+use crate::tensor::Tensor;
+
+use super::run::DeviceValue;
+
+pub(super) struct BufState {
+    pub(super) buffer: DeviceBuffer,
+    pub(super) refs: u32,
+    /// Allocated by this run (only those are ever freed by it).
+    pub(super) owned: bool,
+    /// Bound to a guarded value: never freed before the end of the run.
+    pub(super) guarded: bool,
+}
+
+#[derive(Clone, Debug)]
+pub(super) struct Slot {
+    pub(super) key: usize,
+    pub(super) dtype: DType,
+    pub(super) shape: Vec<usize>,
+}
+
+#[derive(Clone, Debug)]
+pub(super) enum Val {
+    Tensor(Slot),
+    Seq(DType, Vec<Slot>),
+}
+
+impl Val {
+    pub(super) fn slots(&self) -> &[Slot] {
+        match self {
+            Val::Tensor(s) => std::slice::from_ref(s),
+            Val::Seq(_, s) => s,
+        }
+    }
+}
+
+pub(super) struct Frame {
+    pub(super) vals: Vec<Option<Val>>,
+    /// Host copies of values needed for inference (shape arguments, conditions).
+    pub(super) host: HashMap<ValueId, Tensor>,
+    pub(super) trace: RunTrace,
+}
+
+pub(super) struct Exec<'a> {
+    pub(super) ep: &'a dyn ExecutionProvider,
+    pub(super) bufs: Vec<BufState>,
+    /// Ids of buffers this run allocated and has not freed.
+    pub(super) ledger: HashSet<u64>,
+    pub(super) release: bool,
+    pub(super) releases: u64,
+    /// Owned buffers with no references left, freed at the end of the run.
+    pub(super) deferred: Vec<usize>,
+}
+
+pub(super) type Outputs = (Vec<Val>, MemoryFigures);
+
+impl<'a> Exec<'a> {
+    pub(super) fn provider_err(&self, action: String, source: crate::ep::EpError) -> Error {
+        Error::Provider { backend: self.ep.name(), action, source }
+    }
+
+    pub(super) fn adopt(&mut self, buffer: DeviceBuffer, owned: bool) -> usize {
+        self.bufs.push(BufState { buffer, refs: 0, owned, guarded: false });
+        self.bufs.len() - 1
+    }
+
+    pub(super) fn alloc(&mut self, bytes: u64, align: u32, what: &str) -> Result<usize, Error> {
+        let buffer = self
+            .ep
+            .allocate(bytes, align)
+            .map_err(|e| self.provider_err(format!("allocating {bytes} bytes for {what}"), e))?;
+        self.ledger.insert(buffer.id);
+        Ok(self.adopt(buffer, true))
+    }
+
+    pub(super) fn dealloc(&mut self, key: usize) -> Result<(), Error> {
+        let buffer = self.bufs[key].buffer;
+        self.ep.deallocate(buffer).map_err(|e| self.provider_err("freeing a buffer".into(), e))?;
+        self.ledger.remove(&buffer.id);
+        self.bufs[key].owned = false;
+        Ok(())
+    }
+
+    pub(super) fn hold(&mut self, val: &Val, guard: bool) {
+        for s in val.slots() {
+            self.bufs[s.key].refs += 1;
+            self.bufs[s.key].guarded |= guard;
+        }
+    }
+
+    /// Drops one reference per slot; frees buffers that reach zero (or defers them).
+    pub(super) fn drop_val(&mut self, val: &Val) -> Result<(), Error> {
+        for s in val.slots() {
+            let b = &mut self.bufs[s.key];
+            b.refs -= 1;
+            if b.refs == 0 && b.owned {
+                if self.release && !b.guarded {
+                    self.dealloc(s.key)?;
+                    self.releases += 1;
+                } else {
+                    self.deferred.push(s.key);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn free_deferred(&mut self) -> Result<(), Error> {
+        for key in std::mem::take(&mut self.deferred) {
+            if self.bufs[key].refs == 0 && self.bufs[key].owned {
+                self.dealloc(key)?;
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn free_everything_owned(&mut self) {
+        for key in 0..self.bufs.len() {
+            if self.bufs[key].owned {
+                // Best effort on the error path: the first error is the one reported.
+                let _ = self.dealloc(key);
+            }
+        }
+    }
+
+    pub(super) fn arg(&self, s: &Slot) -> TensorArg {
+        TensorArg { buffer: self.bufs[s.key].buffer, dtype: s.dtype, shape: s.shape.clone() }
+    }
+
+    pub(super) fn device_value(&self, v: &Val) -> DeviceValue {
+        match v {
+            Val::Tensor(s) => DeviceValue::Tensor(self.arg(s)),
+            Val::Seq(d, items) => {
+                DeviceValue::Sequence(*d, items.iter().map(|s| self.arg(s)).collect())
+            }
+        }
+    }
+}
+
+/// The shape shared by every element of a sequence, if there is one.
+pub(super) fn common_shape(items: &[Slot]) -> Option<Shape> {
+    let first = items.first()?;
+    items.iter().all(|s| s.shape == first.shape).then(|| Shape::known(&first.shape))
+}

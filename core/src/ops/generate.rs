@@ -1,0 +1,163 @@
+//! Generators and casts: ConstantOfShape, Range, Cast, CastLike.
+
+use super::shape::value_ints;
+use super::{Fact, InferInputs, Op, OpRegistry, check_inputs};
+use crate::dtype::DType;
+use crate::error::OpError;
+use crate::shape::{Dim, Shape};
+use crate::tensor::Tensor;
+
+/// `ConstantOfShape`: a tensor of the shape in input 0 filled with one value.
+#[derive(Debug, Clone)]
+pub struct ConstantOfShape {
+    /// The fill value (a one-element tensor; default float 0).
+    pub value: Tensor,
+}
+
+impl Op for ConstantOfShape {
+    fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<Fact>, OpError> {
+        let dtype = self.value.dtype();
+        let Some(dims) = value_ints(inputs.get(0)?, 0)? else {
+            return Ok(vec![match inputs.get(0)?.dims() {
+                Some(d) if d.len() == 1 => Fact::ranked(dtype, d[0]),
+                _ => Fact::unranked(dtype),
+            }]);
+        };
+        if dims.iter().any(|&d| d < 0) {
+            return Err(OpError::Shape(format!("negative dim in {dims:?}")));
+        }
+        Ok(vec![Fact::new(dtype, Shape(dims.iter().map(|&d| Dim::Known(d as usize)).collect()))])
+    }
+
+    fn value_inputs(&self) -> Vec<usize> {
+        vec![0]
+    }
+}
+
+/// `Range(start, limit, delta)`.
+#[derive(Debug, Clone)]
+pub struct Range;
+
+impl Range {
+    /// The element count: `max(ceil((limit - start) / delta), 0)`.
+    ///
+    /// # Errors
+    /// [`OpError::Shape`] when `delta` is 0 or the count is not finite.
+    pub fn len(start: f64, limit: f64, delta: f64) -> Result<usize, OpError> {
+        if delta == 0.0 {
+            return Err(OpError::Shape("Range delta is 0".into()));
+        }
+        let n = ((limit - start) / delta).ceil();
+        if !n.is_finite() || n > 1e12 {
+            return Err(OpError::Shape(format!(
+                "Range({start}, {limit}, {delta}) has no finite length"
+            )));
+        }
+        Ok(n.max(0.0) as usize)
+    }
+}
+
+impl Op for Range {
+    fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<Fact>, OpError> {
+        let start = inputs.get(0)?;
+        let scalar = |i: usize| -> Result<Option<f64>, OpError> {
+            Ok(inputs.get(i)?.floats().and_then(|v| v.first().copied()))
+        };
+        match (scalar(0)?, scalar(1)?, scalar(2)?) {
+            (Some(s), Some(l), Some(d)) => {
+                // Integer ranges must be computed exactly, not through f64 rounding.
+                let n = match (inputs.get(0)?.ints(), inputs.get(1)?.ints(), inputs.get(2)?.ints())
+                {
+                    (Some(s), Some(l), Some(d)) if start.dtype.is_int() => {
+                        let (s, l, d) = (s[0], l[0], d[0]);
+                        if d == 0 {
+                            return Err(OpError::Shape("Range delta is 0".into()));
+                        }
+                        let span = l - s;
+                        (if (span > 0) == (d > 0) && span != 0 {
+                            (span + d - d.signum()) / d
+                        } else {
+                            0
+                        })
+                        .max(0) as usize
+                    }
+                    _ => Range::len(s, l, d)?,
+                };
+                Ok(vec![Fact::known(start.dtype, &[n])])
+            }
+            _ => Ok(vec![Fact::ranked(start.dtype, 1)]),
+        }
+    }
+
+    fn value_inputs(&self) -> Vec<usize> {
+        vec![0, 1, 2]
+    }
+}
+
+/// `Cast` to a dtype (`saturate` applies to float8 targets).
+#[derive(Debug, Clone)]
+pub struct Cast {
+    /// Target dtype.
+    pub to: DType,
+    /// Saturate out-of-range values for float8 targets.
+    pub saturate: bool,
+}
+
+impl Op for Cast {
+    fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<Fact>, OpError> {
+        Ok(vec![inputs.get(0)?.with_dtype(self.to)])
+    }
+
+    fn in_place(&self) -> Vec<usize> {
+        vec![0]
+    }
+}
+
+/// `CastLike`: cast input 0 to input 1's dtype.
+#[derive(Debug, Clone)]
+pub struct CastLike {
+    /// Saturate out-of-range values for float8 targets.
+    pub saturate: bool,
+}
+
+impl Op for CastLike {
+    fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<Fact>, OpError> {
+        Ok(vec![inputs.get(0)?.with_dtype(inputs.get(1)?.dtype)])
+    }
+
+    fn in_place(&self) -> Vec<usize> {
+        vec![0]
+    }
+}
+
+/// Registers the generators and casts.
+pub fn register_all(r: &mut OpRegistry) {
+    r.register("ConstantOfShape", |n| {
+        check_inputs(n, 1, 1)?;
+        let value = n.attrs.tensor_or("value", Tensor::scalar(0f32))?;
+        if value.numel() != 1 {
+            return Err(OpError::BadAttribute {
+                name: "value".into(),
+                reason: "must hold one element".into(),
+            });
+        }
+        Ok(Box::new(ConstantOfShape { value: value.reshaped(vec![])? }))
+    });
+    r.register("Range", |n| {
+        check_inputs(n, 3, 3)?;
+        Ok(Box::new(Range))
+    });
+    r.register("Cast", |n| {
+        check_inputs(n, 1, 1)?;
+        let to = n.attrs.req_int("to")?;
+        let to = DType::from_onnx(to as i32).ok_or_else(|| OpError::BadAttribute {
+            name: "to".into(),
+            reason: format!("{to} is not a data type"),
+        })?;
+        Ok(Box::new(Cast { to, saturate: n.attrs.flag_or("saturate", true)? }))
+    });
+    r.register("CastLike", |n| {
+        check_inputs(n, 2, 2)?;
+        Ok(Box::new(CastLike { saturate: n.attrs.flag_or("saturate", true)? }))
+    });
+}

@@ -482,3 +482,12 @@ impl Drop for Session {
         }
     }
 }
+
+// Sessions are shared across threads by servers: keep them Send + Sync.
+const _: () = {
+    fn assert_send_sync<T: Send + Sync>() {}
+    #[allow(dead_code)]
+    fn check() {
+        assert_send_sync::<Session>();
+    }
+};

@@ -2,7 +2,7 @@
 
 use onyx_core::dtype::DType;
 use onyx_core::ep::{EpError, KernelSpec};
-use onyx_core::ops::elementwise::{Binary, BinaryKind, Variadic, VariadicKind};
+use onyx_core::ops::elementwise::{BINARY_OPS, Binary, BinaryKind, Variadic, VariadicKind};
 
 use super::broadcast::{Broadcast, Run};
 use super::dispatch::{AsF64, FloatExt, floats, ints, numeric};
@@ -372,28 +372,6 @@ fn build_where(spec: &KernelSpec<'_>) -> Result<Box<dyn CpuKernel>, EpError> {
     }
     Ok(Box::new(WhereKernel { width: dtype.bits() / 8 }))
 }
-
-const BINARY_OPS: &[&str] = &[
-    "Add",
-    "Sub",
-    "Mul",
-    "Div",
-    "Pow",
-    "Mod",
-    "And",
-    "Or",
-    "Xor",
-    "Equal",
-    "Less",
-    "Greater",
-    "LessOrEqual",
-    "GreaterOrEqual",
-    "BitShift",
-    "BitwiseAnd",
-    "BitwiseOr",
-    "BitwiseXor",
-    "PRelu",
-];
 
 /// Registers binary, variadic and Where kernels.
 pub fn register_all(r: &mut KernelRegistry) {

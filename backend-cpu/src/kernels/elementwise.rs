@@ -2,7 +2,7 @@
 
 use onyx_core::dtype::DType;
 use onyx_core::ep::{EpError, KernelSpec};
-use onyx_core::ops::elementwise::{Clip, Unary, UnaryKind};
+use onyx_core::ops::elementwise::{Clip, UNARY_OPS, Unary, UnaryKind};
 use rayon::prelude::*;
 
 use super::dispatch::{AsF64, FloatExt, floats, ints};
@@ -309,50 +309,6 @@ fn build_clip(spec: &KernelSpec<'_>) -> Result<Box<dyn CpuKernel>, EpError> {
     }
     Ok(Box::new(ClipKernel { min: c.min, max: c.max, dtype }))
 }
-
-const UNARY_OPS: &[&str] = &[
-    "Abs",
-    "Neg",
-    "Exp",
-    "Log",
-    "Sqrt",
-    "Reciprocal",
-    "Floor",
-    "Ceil",
-    "Round",
-    "Sign",
-    "Sin",
-    "Cos",
-    "Tan",
-    "Asin",
-    "Acos",
-    "Atan",
-    "Sinh",
-    "Cosh",
-    "Asinh",
-    "Acosh",
-    "Atanh",
-    "Relu",
-    "Sigmoid",
-    "Tanh",
-    "Erf",
-    "Softplus",
-    "Softsign",
-    "Not",
-    "BitwiseNot",
-    "IsNaN",
-    "IsInf",
-    "LeakyRelu",
-    "Elu",
-    "Selu",
-    "HardSigmoid",
-    "HardSwish",
-    "Celu",
-    "ThresholdedRelu",
-    "Mish",
-    "Gelu",
-    "Shrink",
-];
 
 /// Registers the unary kernels and Clip; binary ones live in `binary.rs`.
 pub fn register_all(r: &mut KernelRegistry) {

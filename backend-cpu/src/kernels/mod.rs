@@ -230,19 +230,19 @@ impl KernelIo {
         Ok(unsafe { std::slice::from_raw_parts_mut(v.ptr, len) })
     }
 
+    /// A small input copied to the host (axes, shapes, scalars).
+    fn host(&self, i: usize) -> Result<onyx_core::tensor::Tensor, EpError> {
+        let v = self.in_view(i)?;
+        onyx_core::tensor::Tensor::from_bytes(v.dtype, v.shape.clone(), v.raw().to_vec().into())
+            .map_err(|e| EpError::Kernel(e.to_string()))
+    }
+
     /// The values of a small integer input (axes, shapes), widened to i64.
     ///
     /// # Errors
     /// [`EpError::Kernel`] when absent or not an integer tensor.
     pub fn ints(&self, i: usize) -> Result<Vec<i64>, EpError> {
-        let v = self.in_view(i)?;
-        let t = onyx_core::tensor::Tensor::from_bytes(
-            v.dtype,
-            v.shape.clone(),
-            v.raw().to_vec().into(),
-        )
-        .map_err(|e| EpError::Kernel(e.to_string()))?;
-        t.to_i64_vec().map_err(|e| EpError::Kernel(format!("input {i}: {e}")))
+        self.host(i)?.to_i64_vec().map_err(|e| EpError::Kernel(format!("input {i}: {e}")))
     }
 
     /// The values of a small numeric input as f64.
@@ -250,14 +250,7 @@ impl KernelIo {
     /// # Errors
     /// [`EpError::Kernel`] when absent or not numeric.
     pub fn floats(&self, i: usize) -> Result<Vec<f64>, EpError> {
-        let v = self.in_view(i)?;
-        let t = onyx_core::tensor::Tensor::from_bytes(
-            v.dtype,
-            v.shape.clone(),
-            v.raw().to_vec().into(),
-        )
-        .map_err(|e| EpError::Kernel(e.to_string()))?;
-        t.to_f64_vec().map_err(|e| EpError::Kernel(format!("input {i}: {e}")))
+        self.host(i)?.to_f64_vec().map_err(|e| EpError::Kernel(format!("input {i}: {e}")))
     }
 }
 

@@ -323,7 +323,8 @@ impl Op for Where {
     }
 }
 
-const UNARY: &[&str] = &[
+/// The unary elementwise ops, by ONNX name.
+pub const UNARY_OPS: &[&str] = &[
     "Abs",
     "Neg",
     "Exp",
@@ -367,7 +368,8 @@ const UNARY: &[&str] = &[
     "Shrink",
 ];
 
-const BINARY: &[&str] = &[
+/// The binary elementwise ops, by ONNX name.
+pub const BINARY_OPS: &[&str] = &[
     "Add",
     "Sub",
     "Mul",
@@ -391,13 +393,13 @@ const BINARY: &[&str] = &[
 
 /// Registers the elementwise family.
 pub fn register_all(r: &mut OpRegistry) {
-    for op in UNARY {
+    for op in UNARY_OPS {
         r.register(op, |n| {
             check_inputs(n, 1, 1)?;
             Ok(Box::new(Unary { kind: unary_kind(n)? }))
         });
     }
-    for op in BINARY {
+    for op in BINARY_OPS {
         r.register(op, |n| {
             check_inputs(n, 2, 2)?;
             Ok(Box::new(Binary { kind: binary_kind(n)? }))

@@ -28,7 +28,9 @@ pub use device::Device;
 pub use error::{Error, Result};
 pub use onyx_core::dtype::DType;
 pub use onyx_core::tensor::{Tensor, Value};
-pub use session::{IoInfo, MemoryReport, Progress, RunOutputs, Session, SessionBuilder};
+pub use session::{
+    DeviceMemory, IoInfo, MemoryReport, Progress, RunOutputs, Session, SessionBuilder,
+};
 
 /// The core crate, for lower-level use (graph IR, planner, provider traits).
 pub use onyx_core as core;

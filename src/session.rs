@@ -1,4 +1,5 @@
-//! Sessions: a model compiled for one device, run with named host tensors.
+//! Sessions: a model compiled for one device (with the CPU as per-node
+//! fallback), run with named host tensors.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -7,14 +8,15 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use onyx_core::dtype::DType;
-use onyx_core::ep::{DeviceBuffer, ExecutionProvider, TensorArg};
+use onyx_core::ep::{DeviceBuffer, DeviceId, ExecutionProvider, TensorArg};
 use onyx_core::exec::{self, CompileOptions, CompiledGraph, DeviceValue, RunOptions};
 use onyx_core::graph::{Model, TypeInfo};
 use onyx_core::onnx::external::{ExternalData, NoExternalData};
 use onyx_core::ops::OpRegistry;
+use onyx_core::plan::MemoryFigures;
 use onyx_core::shape::Shape;
 use onyx_core::tensor::{Tensor, Value};
-use onyx_cpu::CpuOptions;
+use onyx_cpu::{CpuOptions, CpuProvider};
 
 use crate::device::{self, Device};
 use crate::error::{Error, Result};
@@ -72,13 +74,14 @@ impl SessionBuilder {
         self
     }
 
-    /// A limit on live device bytes; allocations beyond it fail with out-of-memory.
+    /// A limit on live CPU bytes; allocations beyond it fail with out-of-memory.
     pub fn with_memory_limit(mut self, bytes: u64) -> Self {
         self.memory_limit = Some(bytes);
         self
     }
 
-    /// Runs on an existing provider (shared between sessions) instead of resolving a device.
+    /// Runs on an existing provider (shared between sessions) instead of resolving a
+    /// device. Unless strict, nodes it cannot run fall back to a CPU provider.
     pub fn with_provider(mut self, provider: Arc<dyn ExecutionProvider>) -> Self {
         self.provider = Some(provider);
         self
@@ -129,8 +132,13 @@ impl SessionBuilder {
         }
         let resolved = match self.provider {
             Some(provider) => device::Resolved { requested, provider, fallback: None },
-            None => device::resolve(requested, self.strict, cpu)?,
+            None => device::resolve(requested, self.strict, cpu.clone())?,
         };
+        // The primary device first; the CPU after it for nodes the device cannot run.
+        let mut providers = vec![resolved.provider];
+        if !self.strict && providers[0].device() != DeviceId::CPU {
+            providers.push(Arc::new(CpuProvider::new(cpu)));
+        }
         let pool = match self.threads {
             Some(n) => Some(Arc::new(
                 rayon::ThreadPoolBuilder::new()
@@ -140,7 +148,6 @@ impl SessionBuilder {
             )),
             None => None,
         };
-        let provider = resolved.provider;
         let graph = Arc::new(model.graph.clone());
         let total = graph.initializer_bytes();
         let done = std::sync::atomic::AtomicU64::new(0);
@@ -152,12 +159,17 @@ impl SessionBuilder {
             }
         };
         let registry = OpRegistry::standard();
-        let opts = CompileOptions { registry: &registry, on_upload: Some(&on_upload) };
-        let device_name = provider.name();
-        let program = exec::compile(graph, &HashMap::new(), &*provider, &opts)
+        let opts = CompileOptions {
+            registry: &registry,
+            on_upload: Some(&on_upload),
+            allow_fallback: !self.strict,
+        };
+        let device_name = providers[0].name();
+        let refs: Vec<&dyn ExecutionProvider> = providers.iter().map(|p| &**p).collect();
+        let program = exec::compile(graph, &HashMap::new(), &refs, &opts)
             .map_err(|source| Error::Compile { device: device_name.clone(), source })?;
-        Ok(Session {
-            provider,
+        let session = Session {
+            providers,
             program,
             model,
             path,
@@ -166,13 +178,26 @@ impl SessionBuilder {
             requested: requested.to_string(),
             fallback: resolved.fallback,
             pool,
-        })
+        };
+        let counts = session.kernels_per_device();
+        if counts.len() > 1 && counts[1].1 > 0 {
+            let total: usize = counts.iter().map(|c| c.1).sum();
+            log::warn!(
+                "{} of {total} kernel nodes run on {} (fallback from {}); `onyx info --device {}` lists them",
+                counts[1].1,
+                counts[1].0,
+                counts[0].0,
+                session.requested
+            );
+        }
+        Ok(session)
     }
 }
 
-/// A model ready to run on one device. Dropping it frees its weights on the device.
+/// A model ready to run. Dropping it frees its weights on every device.
 pub struct Session {
-    provider: Arc<dyn ExecutionProvider>,
+    /// The primary provider, then the fallback (if any).
+    providers: Vec<Arc<dyn ExecutionProvider>>,
     program: CompiledGraph,
     model: Model,
     path: Option<PathBuf>,
@@ -182,6 +207,9 @@ pub struct Session {
     fallback: Option<String>,
     pool: Option<Arc<rayon::ThreadPool>>,
 }
+
+/// Outputs read back, the planner's figures and the release count of one run.
+type Ran = (Vec<(String, Value)>, MemoryFigures, u64);
 
 /// Name, type and declared shape of a model input or output.
 #[derive(Clone, Debug)]
@@ -204,19 +232,37 @@ impl IoInfo {
     }
 }
 
-/// Memory figures of one run, in bytes (weights excluded: they are resident throughout).
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
-pub struct MemoryReport {
+/// Memory figures of one run on one device, in bytes (weights excluded).
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct DeviceMemory {
+    /// The provider (`cpu`, `wgpu:0`, …).
+    pub device: String,
     /// Peak bytes in use during the run, from the provider's own accounting.
     pub peak_bytes: u64,
-    /// Every byte the run allocated: the peak if nothing were released.
+    /// Every byte the run allocated there: the peak if nothing were released.
     pub no_release_bytes: u64,
-    /// The plan's live-set bound: the peak that release at last use allows.
+    /// The plan's live-set bound there: the peak that release at last use allows.
     pub live_set_bound_bytes: u64,
-    /// Buffers released at their last use.
-    pub releases: u64,
-    /// Bytes of weights resident on the device.
+    /// Bytes of weights resident there.
     pub weight_bytes: u64,
+}
+
+/// Memory figures of one run. The top-level figures are the primary device's;
+/// `devices` has one entry per provider (the primary, then any CPU fallback).
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct MemoryReport {
+    /// Peak bytes in use on the primary device during the run (provider accounting).
+    pub peak_bytes: u64,
+    /// Every byte the run allocated on the primary device.
+    pub no_release_bytes: u64,
+    /// The plan's live-set bound on the primary device.
+    pub live_set_bound_bytes: u64,
+    /// Buffers released at their last use, on all devices.
+    pub releases: u64,
+    /// Bytes of weights resident on the primary device.
+    pub weight_bytes: u64,
+    /// The same figures for every device the session uses.
+    pub devices: Vec<DeviceMemory>,
 }
 
 /// The result of [`Session::run`].
@@ -243,7 +289,7 @@ impl Session {
         SessionBuilder::default()
     }
 
-    /// The provider's name (`cpu`, …): where the session really runs.
+    /// The primary provider's name (`cpu`, …): where the session really runs.
     pub fn device(&self) -> &str {
         &self.device
     }
@@ -268,14 +314,30 @@ impl Session {
         self.path.as_deref()
     }
 
-    /// The provider (for memory statistics).
+    /// The primary provider (for memory statistics).
     pub fn provider(&self) -> &dyn ExecutionProvider {
-        &*self.provider
+        &*self.providers[0]
     }
 
-    /// Bytes of weights uploaded to the device.
+    /// Every provider: the primary, then the fallback if any.
+    pub fn providers(&self) -> Vec<&dyn ExecutionProvider> {
+        self.providers.iter().map(|p| &**p).collect()
+    }
+
+    /// Bytes of weights uploaded to the primary device.
     pub fn weight_bytes(&self) -> u64 {
-        self.program.weight_bytes()
+        self.program.weight_bytes(self.providers.len())[0]
+    }
+
+    /// Kernel nodes per device, primary first: how the model was placed.
+    pub fn kernels_per_device(&self) -> Vec<(String, usize)> {
+        let counts = self.program.kernels_per_provider(self.providers.len());
+        self.providers.iter().zip(counts).map(|(p, c)| (p.name(), c)).collect()
+    }
+
+    /// Every kernel node with the device that runs it.
+    pub fn placement(&self) -> Vec<(String, String)> {
+        self.program.placement().into_iter().map(|(n, p)| (n, self.providers[p].name())).collect()
     }
 
     /// The model inputs a caller feeds.
@@ -312,13 +374,10 @@ impl Session {
         I: IntoIterator<Item = (S, Value)>,
         S: Into<String>,
     {
+        let inputs: Vec<(String, Value)> = inputs.into_iter().map(|(n, v)| (n.into(), v)).collect();
         match &self.pool {
-            Some(pool) => {
-                let inputs: Vec<(String, Value)> =
-                    inputs.into_iter().map(|(n, v)| (n.into(), v)).collect();
-                pool.install(|| self.run_inner(inputs))
-            }
-            None => self.run_inner(inputs.into_iter().map(|(n, v)| (n.into(), v)).collect()),
+            Some(pool) => pool.install(|| self.run_inner(inputs)),
+            None => self.run_inner(inputs),
         }
     }
 
@@ -336,40 +395,67 @@ impl Session {
             }
             by_name.insert(name, v);
         }
-        let ep = &*self.provider;
-        ep.reset_peak();
-        let baseline = ep.memory_stats().in_use_bytes;
+        let mut baselines = Vec::with_capacity(self.providers.len());
+        for p in &self.providers {
+            p.reset_peak();
+            baselines.push(p.memory_stats().in_use_bytes);
+        }
         let mut uploaded: Vec<DeviceBuffer> = Vec::new();
         let result = self.upload_and_run(&mut by_name, &mut uploaded);
         // Inputs were lent to the run; they are the session's to free, success or not.
         for b in uploaded {
-            if let Err(e) = ep.deallocate(b) {
+            if let Err(e) = self.providers[0].deallocate(b) {
                 log::error!("freeing an input buffer failed: {e}");
             }
         }
         let (values, figures, releases) = result?;
-        let peak = ep.memory_stats().peak_bytes.saturating_sub(baseline);
+        if self.providers.len() > 1 {
+            let counts = self.kernels_per_device();
+            log::info!("{} kernel nodes ran on {} (fallback)", counts[1].1, counts[1].0);
+        }
+        let weights = self.program.weight_bytes(self.providers.len());
+        let devices: Vec<DeviceMemory> = self
+            .providers
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let pf = figures.per_provider.get(i).copied().unwrap_or_default();
+                DeviceMemory {
+                    device: p.name(),
+                    peak_bytes: p.memory_stats().peak_bytes.saturating_sub(baselines[i]),
+                    no_release_bytes: pf.no_release_bytes,
+                    live_set_bound_bytes: pf.live_set_bound,
+                    weight_bytes: weights[i],
+                }
+            })
+            .collect();
         Ok(RunOutputs {
             values,
             memory: MemoryReport {
-                peak_bytes: peak,
-                no_release_bytes: figures.no_release_bytes,
-                live_set_bound_bytes: figures.live_set_bound,
+                peak_bytes: devices[0].peak_bytes,
+                no_release_bytes: devices[0].no_release_bytes,
+                live_set_bound_bytes: devices[0].live_set_bound_bytes,
                 releases,
-                weight_bytes: self.weight_bytes(),
+                weight_bytes: devices[0].weight_bytes,
+                devices,
             },
             latency: start.elapsed(),
         })
     }
 
-    #[allow(clippy::type_complexity)]
+    fn provider_for(&self, device: DeviceId) -> Result<&dyn ExecutionProvider> {
+        self.providers.iter().find(|p| p.device() == device).map(|p| &**p).ok_or_else(|| {
+            Error::Input { name: "<output>".into(), reason: format!("no provider for {device}") }
+        })
+    }
+
     fn upload_and_run(
         &self,
         by_name: &mut HashMap<String, Value>,
         uploaded: &mut Vec<DeviceBuffer>,
-    ) -> Result<(Vec<(String, Value)>, onyx_core::plan::MemoryFigures, u64)> {
+    ) -> Result<Ran> {
         let g = &self.model.graph;
-        let ep = &*self.provider;
+        let ep = &*self.providers[0];
         let mut device_inputs = Vec::with_capacity(g.inputs.len());
         for &i in &g.inputs {
             let name = &g.value(i).name;
@@ -381,19 +467,15 @@ impl Session {
                 let bytes = t
                     .bytes()
                     .map_err(|e| Error::Input { name: name.clone(), reason: e.to_string() })?;
-                let buffer = ep.allocate(bytes.len() as u64, t.dtype().align() as u32).map_err(
-                    |source| Error::Provider {
-                        backend: ep.name(),
-                        action: format!("allocating input '{name}'"),
-                        source,
-                    },
-                )?;
+                let provider_err = |action: String| {
+                    move |source| Error::Provider { backend: ep.name(), action, source }
+                };
+                let buffer = ep
+                    .allocate(bytes.len() as u64, t.dtype().align() as u32)
+                    .map_err(provider_err(format!("allocating input '{name}'")))?;
                 uploaded.push(buffer);
-                ep.upload(buffer, bytes).map_err(|source| Error::Provider {
-                    backend: ep.name(),
-                    action: format!("uploading input '{name}'"),
-                    source,
-                })?;
+                ep.upload(buffer, bytes)
+                    .map_err(provider_err(format!("uploading input '{name}'")))?;
                 Ok(TensorArg { buffer, dtype: t.dtype(), shape: t.shape().to_vec() })
             };
             device_inputs.push(match &value {
@@ -405,7 +487,8 @@ impl Session {
         }
         let opts = RunOptions { release_dead_values: self.release };
         let run_err = |source| Error::Run { device: self.device.clone(), source };
-        let result = pollster::block_on(exec::run(&self.program, ep, &device_inputs, opts))
+        let refs = self.providers();
+        let result = pollster::block_on(exec::run(&self.program, &refs, &device_inputs, opts))
             .map_err(run_err)?;
         // The outputs are ours now: read each back, then free it (even if a read fails).
         let mut values = Vec::with_capacity(result.outputs.len());
@@ -433,12 +516,15 @@ impl Session {
                 DeviceValue::Sequence(_, ts) => ts.iter().map(|t| t.buffer).collect(),
             };
             for b in bufs {
-                if let Err(source) = ep.deallocate(b) {
-                    first_err.get_or_insert(Error::Provider {
-                        backend: ep.name(),
+                let freed = self.provider_for(b.device).and_then(|p| {
+                    p.deallocate(b).map_err(|source| Error::Provider {
+                        backend: p.name(),
                         action: "freeing an output".into(),
                         source,
-                    });
+                    })
+                });
+                if let Err(e) = freed {
+                    first_err.get_or_insert(e);
                 }
             }
         }
@@ -449,7 +535,7 @@ impl Session {
     }
 
     fn download(&self, t: &TensorArg) -> Result<Tensor> {
-        let ep = &*self.provider;
+        let ep = self.provider_for(t.buffer.device)?;
         let len = t.dtype.byte_size(t.numel()).unwrap_or(0);
         let bytes = pollster::block_on(ep.download(t.buffer, len)).map_err(|source| {
             Error::Provider { backend: ep.name(), action: "reading an output back".into(), source }
@@ -461,14 +547,15 @@ impl Session {
     /// Frees the session's weights now (also done on drop).
     ///
     /// # Errors
-    /// [`Error::Provider`] if the provider rejects a free.
+    /// [`Error::Provider`] if a provider rejects a free.
     pub fn close(mut self) -> Result<()> {
         self.free()
     }
 
     fn free(&mut self) -> Result<()> {
-        self.program.free_weights(&*self.provider).map_err(|source| Error::Provider {
-            backend: self.provider.name(),
+        let refs: Vec<&dyn ExecutionProvider> = self.providers.iter().map(|p| &**p).collect();
+        self.program.free_weights(&refs).map_err(|source| Error::Provider {
+            backend: self.device.clone(),
             action: "freeing weights".into(),
             source,
         })

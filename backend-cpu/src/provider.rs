@@ -3,7 +3,7 @@
 use std::sync::{Mutex, MutexGuard, RwLock};
 
 use onyx_core::ep::{
-    BoxFuture, DeviceBuffer, DeviceId, EpError, ExecutionProvider, KernelId, KernelSpec,
+    BoxFuture, DeviceBuffer, DeviceId, EpError, ExecutionProvider, KernelId, KernelSpec, Launch,
     MemoryStats, TensorArg,
 };
 
@@ -145,18 +145,17 @@ impl ExecutionProvider for CpuProvider {
         Ok(KernelId(kernels.len() as u32 - 1))
     }
 
-    fn launch(
-        &self,
-        kernel: KernelId,
-        inputs: &[Option<TensorArg>],
-        outputs: &[Option<TensorArg>],
-    ) -> Result<(), EpError> {
+    fn launch(&self, kernel: KernelId, args: &Launch<'_>) -> Result<(), EpError> {
         let mut io = {
             let storage = self.storage();
             let resolve = |ts: &[Option<TensorArg>]| -> Result<Vec<Option<View>>, EpError> {
                 ts.iter().map(|t| t.as_ref().map(|t| Self::view(&storage, t)).transpose()).collect()
             };
-            KernelIo { inputs: resolve(inputs)?, outputs: resolve(outputs)? }
+            KernelIo {
+                inputs: resolve(args.inputs)?,
+                outputs: resolve(args.outputs)?,
+                values: args.values.to_vec(),
+            }
         };
         // The storage lock is released: kernels may run long and in parallel, and the
         // executor guarantees these buffers stay allocated until the launch returns.

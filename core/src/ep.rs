@@ -14,6 +14,7 @@ use std::pin::Pin;
 use crate::dtype::DType;
 use crate::graph::Node;
 use crate::ops::Op;
+use crate::tensor::Tensor;
 
 /// The kind of device behind a provider.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
@@ -98,6 +99,17 @@ impl TensorArg {
     pub fn numel(&self) -> usize {
         self.shape.iter().product()
     }
+}
+
+/// The tensors of one kernel launch.
+pub struct Launch<'a> {
+    /// Device inputs by slot; `None` for absent optional inputs and for value inputs.
+    pub inputs: &'a [Option<TensorArg>],
+    /// Device outputs by slot; `None` for outputs the model does not use.
+    pub outputs: &'a [Option<TensorArg>],
+    /// Host copies of the op's value inputs (shape arguments such as Slice's
+    /// `starts`), by slot. A GPU kernel reads them here instead of from device memory.
+    pub values: &'a [Option<Tensor>],
 }
 
 /// What a backend needs to prepare a kernel for one node.
@@ -189,12 +201,7 @@ pub trait ExecutionProvider: MaybeSendSync {
     ///
     /// # Errors
     /// Whatever the kernel reports (bad index values, device errors).
-    fn launch(
-        &self,
-        kernel: KernelId,
-        inputs: &[Option<TensorArg>],
-        outputs: &[Option<TensorArg>],
-    ) -> Result<(), EpError>;
+    fn launch(&self, kernel: KernelId, args: &Launch<'_>) -> Result<(), EpError>;
 
     /// Waits until all queued work has finished.
     fn synchronize(&self) -> BoxFuture<'_, Result<(), EpError>>;

@@ -3,8 +3,8 @@
 use std::sync::Mutex;
 
 use crate::ep::{
-    BoxFuture, DeviceBuffer, DeviceId, EpError, ExecutionProvider, KernelId, KernelSpec,
-    MemoryStats, TensorArg,
+    BoxFuture, DeviceBuffer, DeviceId, EpError, ExecutionProvider, KernelId, KernelSpec, Launch,
+    MemoryStats,
 };
 
 #[derive(Default)]
@@ -48,12 +48,7 @@ impl ExecutionProvider for NullProvider {
     fn prepare(&self, _: &KernelSpec<'_>) -> Result<KernelId, EpError> {
         Ok(KernelId(0))
     }
-    fn launch(
-        &self,
-        _: KernelId,
-        _: &[Option<TensorArg>],
-        _: &[Option<TensorArg>],
-    ) -> Result<(), EpError> {
+    fn launch(&self, _: KernelId, _: &Launch<'_>) -> Result<(), EpError> {
         Ok(())
     }
     fn synchronize(&self) -> BoxFuture<'_, Result<(), EpError>> {

@@ -141,6 +141,8 @@ fn check_type<T>(v: &View) -> Result<(), EpError> {
 pub struct KernelIo {
     pub(crate) inputs: Vec<Option<View>>,
     pub(crate) outputs: Vec<Option<View>>,
+    /// Host copies of the op's value inputs (shape arguments), by slot.
+    pub(crate) values: Vec<Option<onyx_core::tensor::Tensor>>,
 }
 
 impl KernelIo {
@@ -230,11 +232,28 @@ impl KernelIo {
         Ok(unsafe { std::slice::from_raw_parts_mut(v.ptr, len) })
     }
 
-    /// A small input copied to the host (axes, shapes, scalars).
+    /// Whether input `i` is given, on the device or as a host value.
+    pub fn present(&self, i: usize) -> bool {
+        self.input_view(i).is_some() || self.values.get(i).is_some_and(Option::is_some)
+    }
+
+    /// A small input on the host (axes, shapes, scalars): the executor's host copy
+    /// for value inputs, else read from the device buffer.
     fn host(&self, i: usize) -> Result<onyx_core::tensor::Tensor, EpError> {
+        if let Some(Some(t)) = self.values.get(i) {
+            return Ok(t.clone());
+        }
         let v = self.in_view(i)?;
         onyx_core::tensor::Tensor::from_bytes(v.dtype, v.shape.clone(), v.raw().to_vec().into())
             .map_err(|e| EpError::Kernel(e.to_string()))
+    }
+
+    /// The elements of a small input on the host, typed.
+    ///
+    /// # Errors
+    /// [`EpError::Kernel`] when absent or of another dtype.
+    pub fn host_vec<T: onyx_core::tensor::Element>(&self, i: usize) -> Result<Vec<T>, EpError> {
+        self.host(i)?.to_vec::<T>().map_err(|e| EpError::Kernel(format!("input {i}: {e}")))
     }
 
     /// The values of a small integer input (axes, shapes), widened to i64.

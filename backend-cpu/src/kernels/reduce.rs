@@ -158,7 +158,7 @@ struct ReduceKernel {
 impl CpuKernel for ReduceKernel {
     fn run(&self, io: &mut KernelIo) -> Result<(), EpError> {
         let shape = io.in_view(0)?.shape.clone();
-        let given = match (&self.op.axes_attr, self.op.axes_input && io.input_view(1).is_some()) {
+        let given = match (&self.op.axes_attr, self.op.axes_input && io.present(1)) {
             (Some(a), _) => Some(a.clone()),
             (None, true) => Some(io.ints(1)?),
             _ => None,

@@ -120,7 +120,7 @@ fn slice<T: bytemuck::Pod + Send + Sync>(io: &KernelIo, s: &Slice) -> Result<(),
     let resolved = match &s.attrs {
         Some(a) => Slice::resolve(&shape, &a.starts, &a.ends, a.axes.as_deref(), None),
         None => {
-            let opt = |i: usize| io.input_view(i).map(|_| io.ints(i)).transpose();
+            let opt = |i: usize| io.present(i).then(|| io.ints(i)).transpose();
             let (axes, steps) = (opt(3)?, opt(4)?);
             Slice::resolve(&shape, &io.ints(1)?, &io.ints(2)?, axes.as_deref(), steps.as_deref())
         }
@@ -269,9 +269,16 @@ struct RangeKernel {
     dtype: DType,
 }
 
-fn range<T: AsF64 + bytemuck::Pod>(io: &KernelIo) -> Result<(), EpError> {
-    let start = io.input::<T>(0)?[0];
-    let delta = io.input::<T>(2)?[0];
+fn first<T: onyx_core::tensor::Element>(io: &KernelIo, i: usize) -> Result<T, EpError> {
+    io.host_vec::<T>(i)?
+        .first()
+        .copied()
+        .ok_or_else(|| EpError::Kernel(format!("input {i} is empty")))
+}
+
+fn range<T: AsF64 + onyx_core::tensor::Element>(io: &KernelIo) -> Result<(), EpError> {
+    let start: T = first(io, 0)?;
+    let delta: T = first(io, 2)?;
     let out = io.output::<T>(0)?;
     // Integer ranges stay exact: accumulate in i128 when both ends are integral.
     let (s, d) = (start.to_f64(), delta.to_f64());
@@ -285,8 +292,8 @@ fn range<T: AsF64 + bytemuck::Pod>(io: &KernelIo) -> Result<(), EpError> {
 }
 
 fn range_i64(io: &KernelIo) -> Result<(), EpError> {
-    let start = io.input::<i64>(0)?[0];
-    let delta = io.input::<i64>(2)?[0];
+    let start: i64 = first(io, 0)?;
+    let delta: i64 = first(io, 2)?;
     io.output::<i64>(0)?
         .iter_mut()
         .enumerate()

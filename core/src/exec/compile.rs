@@ -1,23 +1,29 @@
-//! Compilation: ops built from the registry, static facts inferred, kernels
-//! prepared on the provider, weights uploaded, and the release plan made —
+//! Compilation: ops built from the registry, static facts inferred, every
+//! kernel node placed on the first provider that supports it (later providers
+//! are fallbacks), explicit copies inserted where a value crosses providers,
+//! weights uploaded where they are read, and the release plan made —
 //! recursively for subgraphs.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use crate::dtype::DType;
 use crate::ep::{EpError, ExecutionProvider, KernelId, KernelSpec, TensorArg};
 use crate::error::{Error, OpError};
-use crate::graph::{Graph, NodeId, TypeInfo, ValueId};
-use crate::ops::control::{If, merge_facts};
+use crate::graph::{Attributes, Graph, Node, NodeId, TypeInfo, ValueId, ValueInfo};
+use crate::ops::control::{DeviceCopy, If, merge_facts};
 use crate::ops::sequence::{SequenceKind, SequenceOp};
 use crate::ops::{Fact, InferInputs, Op, OpRegistry, downcast};
 use crate::plan::{NodeTraits, Plan, topological_order};
 use crate::shape::Shape;
+use crate::tensor::Tensor;
+
+/// The domain of nodes the planner inserts (device copies).
+pub const ONYX_DOMAIN: &str = "onyx";
 
 /// What a step does at run time.
 pub enum Action {
-    /// Launch a prepared kernel.
+    /// Launch a prepared kernel on the step's provider.
     Kernel(KernelId),
     /// Output 0 shares the buffer of this input slot, with a new shape.
     View(usize),
@@ -30,23 +36,27 @@ pub enum Action {
     },
     /// Move sequence handles around.
     Sequence(SequenceKind),
+    /// Copy input 0 from its provider to the step's provider.
+    Copy,
 }
 
 /// One step of a compiled graph.
 pub struct Step {
-    /// The node.
+    /// The node (in the placed graph).
     pub node: NodeId,
     /// Its parsed op.
     pub op: Box<dyn Op>,
     /// What to do.
     pub action: Action,
-    /// Inputs whose values inference needs on the host.
+    /// Inputs whose values inference needs on the host; kernels get them as host tensors.
     pub value_inputs: Vec<usize>,
+    /// The provider (index into the provider list) that runs it and holds its outputs.
+    pub provider: usize,
 }
 
-/// A graph ready to run on one provider.
+/// A graph ready to run on a list of providers.
 pub struct CompiledGraph {
-    /// The graph.
+    /// The placed graph: the model's graph plus inserted copies and per-provider weight duplicates.
     pub graph: Arc<Graph>,
     /// The release plan.
     pub plan: Plan,
@@ -54,8 +64,10 @@ pub struct CompiledGraph {
     pub steps: Vec<Step>,
     /// Static facts per value (symbolic shapes).
     pub facts: Vec<Option<Fact>>,
-    /// Uploaded initializers.
-    pub weights: Vec<(ValueId, TensorArg)>,
+    /// The provider each value lives on (`None`: never on a device, e.g. shape-only constants).
+    pub location: Vec<Option<usize>>,
+    /// Uploaded initializers, with the provider holding each.
+    pub weights: Vec<(ValueId, usize, TensorArg)>,
     /// For a subgraph: where each captured value comes from in the enclosing graph.
     pub captures: Vec<(ValueId, ValueId)>,
 }
@@ -65,17 +77,17 @@ impl CompiledGraph {
     ///
     /// # Errors
     /// The first provider error; every weight is still attempted.
-    pub fn free_weights(&mut self, ep: &dyn ExecutionProvider) -> Result<(), EpError> {
+    pub fn free_weights(&mut self, providers: &[&dyn ExecutionProvider]) -> Result<(), EpError> {
         let mut first = Ok(());
-        for (_, w) in self.weights.drain(..) {
-            if let Err(e) = ep.deallocate(w.buffer) {
+        for (_, p, w) in self.weights.drain(..) {
+            if let Err(e) = providers[p].deallocate(w.buffer) {
                 first = first.and(Err(e));
             }
         }
         for step in &mut self.steps {
             if let Action::If { then_branch, else_branch } = &mut step.action {
                 for g in [then_branch, else_branch] {
-                    if let Err(e) = g.free_weights(ep) {
+                    if let Err(e) = g.free_weights(providers) {
                         first = first.and(Err(e));
                     }
                 }
@@ -84,19 +96,71 @@ impl CompiledGraph {
         first
     }
 
-    /// Bytes of uploaded weights, subgraphs included.
-    pub fn weight_bytes(&self) -> u64 {
-        let own: u64 = self.weights.iter().map(|(_, w)| w.buffer.size).sum();
-        own + self
-            .steps
-            .iter()
-            .map(|s| match &s.action {
+    /// Bytes of uploaded weights per provider, subgraphs included.
+    pub fn weight_bytes(&self, providers: usize) -> Vec<u64> {
+        let mut bytes = vec![0u64; providers];
+        self.add_weight_bytes(&mut bytes);
+        bytes
+    }
+
+    fn add_weight_bytes(&self, bytes: &mut [u64]) {
+        for (_, p, w) in &self.weights {
+            bytes[*p] += w.buffer.size;
+        }
+        for s in &self.steps {
+            if let Action::If { then_branch, else_branch } = &s.action {
+                then_branch.add_weight_bytes(bytes);
+                else_branch.add_weight_bytes(bytes);
+            }
+        }
+    }
+
+    /// Kernel nodes per provider, subgraphs included: how the model was placed.
+    pub fn kernels_per_provider(&self, providers: usize) -> Vec<usize> {
+        let mut counts = vec![0usize; providers];
+        self.add_kernels(&mut counts);
+        counts
+    }
+
+    fn add_kernels(&self, counts: &mut [usize]) {
+        for s in &self.steps {
+            match &s.action {
+                Action::Kernel(_) => counts[s.provider] += 1,
                 Action::If { then_branch, else_branch } => {
-                    then_branch.weight_bytes() + else_branch.weight_bytes()
+                    then_branch.add_kernels(counts);
+                    else_branch.add_kernels(counts);
                 }
-                _ => 0,
-            })
-            .sum::<u64>()
+                _ => {}
+            }
+        }
+    }
+
+    /// `(node description, provider)` of every kernel node, subgraphs included.
+    pub fn placement(&self) -> Vec<(String, usize)> {
+        let mut out = Vec::new();
+        for s in &self.steps {
+            match &s.action {
+                Action::Kernel(_) => {
+                    out.push((self.graph.nodes[s.node.index()].desc().to_string(), s.provider))
+                }
+                Action::If { then_branch, else_branch } => {
+                    out.extend(then_branch.placement());
+                    out.extend(else_branch.placement());
+                }
+                _ => {}
+            }
+        }
+        out
+    }
+
+    /// The static facts of the graph outputs.
+    pub fn output_facts(&self) -> Vec<Option<Fact>> {
+        self.graph.outputs.iter().map(|o| self.facts[o.index()].clone()).collect()
+    }
+
+    /// The declared-or-inferred shape of a graph input.
+    pub fn input_shape(&self, v: ValueId) -> Option<&Shape> {
+        self.facts[v.index()].as_ref().and_then(|f| f.shape.as_ref())
     }
 }
 
@@ -106,7 +170,12 @@ pub struct CompileOptions<'a> {
     pub registry: &'a OpRegistry,
     /// Called with the bytes of each weight uploaded.
     pub on_upload: Option<&'a dyn Fn(u64)>,
+    /// Let nodes the first provider cannot run fall back to later providers.
+    pub allow_fallback: bool,
 }
+
+/// What a subgraph sees of its enclosing graph, by name: id, fact and location.
+pub type Scope = HashMap<String, (ValueId, Fact, Option<usize>)>;
 
 /// The static fact a declared type gives.
 pub fn declared_fact(t: &TypeInfo) -> Option<Fact> {
@@ -122,7 +191,8 @@ pub fn declared_fact(t: &TypeInfo) -> Option<Fact> {
     }
 }
 
-/// Compiles a graph; `outer` gives the facts of enclosing-scope values by name.
+/// Compiles a graph for `providers` (the first is the primary device; the
+/// others are fallbacks in order). Graph inputs are expected on the primary.
 ///
 /// On error, weights uploaded so far are freed again.
 ///
@@ -130,106 +200,214 @@ pub fn declared_fact(t: &TypeInfo) -> Option<Fact> {
 /// [`Error`] naming the node that could not be built, inferred or prepared.
 pub fn compile(
     graph: Arc<Graph>,
-    outer: &HashMap<String, (ValueId, Fact)>,
-    ep: &dyn ExecutionProvider,
+    outer: &Scope,
+    providers: &[&dyn ExecutionProvider],
     opts: &CompileOptions<'_>,
 ) -> Result<CompiledGraph, Error> {
-    let mut weights = Vec::new();
-    let mut steps = Vec::new();
-    match compile_inner(&graph, outer, ep, opts, &mut weights, &mut steps) {
-        Ok((plan, facts, captures)) => {
-            Ok(CompiledGraph { graph, plan, steps, facts, weights, captures })
+    compile_graph(graph, outer, providers, opts, None)
+}
+
+fn compile_graph(
+    graph: Arc<Graph>,
+    outer: &Scope,
+    providers: &[&dyn ExecutionProvider],
+    opts: &CompileOptions<'_>,
+    outputs_on: Option<usize>,
+) -> Result<CompiledGraph, Error> {
+    let mut pass = Pass::new(&graph, providers, opts);
+    if let Err(e) = pass.run(outer, outputs_on) {
+        // Subgraphs compiled so far hold uploaded weights.
+        for step in &mut pass.steps {
+            if let Action::If { then_branch, else_branch } = &mut step.action {
+                let _ = then_branch.free_weights(providers);
+                let _ = else_branch.free_weights(providers);
+            }
         }
+        return Err(e);
+    }
+    let captures = std::mem::take(&mut pass.captures);
+    let mut cg = pass.finish(captures);
+    match upload_weights(&mut cg, providers, opts) {
+        Ok(()) => Ok(cg),
         Err(e) => {
-            // Free what was uploaded so far, subgraphs of finished steps included.
-            let mut partial = CompiledGraph {
-                graph,
-                plan: Plan::new(&Graph::default(), vec![], &[], |_, _| false),
-                steps,
-                facts: vec![],
-                weights,
-                captures: vec![],
-            };
-            let _ = partial.free_weights(ep);
+            let _ = cg.free_weights(providers);
             Err(e)
         }
     }
 }
 
-type Compiled = (Plan, Vec<Option<Fact>>, Vec<(ValueId, ValueId)>);
+/// The graph being placed: the original values plus copies and duplicates, nodes in run order.
+struct Pass<'a> {
+    source: &'a Graph,
+    providers: &'a [&'a dyn ExecutionProvider],
+    opts: &'a CompileOptions<'a>,
+    values: Vec<ValueInfo>,
+    initializers: BTreeMap<ValueId, Tensor>,
+    outputs: Vec<ValueId>,
+    nodes: Vec<Node>,
+    steps: Vec<Step>,
+    traits: Vec<NodeTraits>,
+    facts: Vec<Option<Fact>>,
+    location: Vec<Option<usize>>,
+    copies: HashMap<(ValueId, usize), ValueId>,
+    captures: Vec<(ValueId, ValueId)>,
+}
 
-fn compile_inner(
-    graph: &Arc<Graph>,
-    outer: &HashMap<String, (ValueId, Fact)>,
-    ep: &dyn ExecutionProvider,
-    opts: &CompileOptions<'_>,
-    weights: &mut Vec<(ValueId, TensorArg)>,
-    steps: &mut Vec<Step>,
-) -> Result<Compiled, Error> {
-    let order = topological_order(graph)?;
-    let mut facts: Vec<Option<Fact>> = vec![None; graph.values.len()];
-    for &v in &graph.inputs {
-        let info = graph.value(v);
-        let fact = info.declared.as_ref().and_then(declared_fact).ok_or_else(|| Error::Input {
-            name: info.name.clone(),
-            reason: "the model declares no tensor type for it".into(),
-        })?;
-        facts[v.index()] = Some(fact);
-    }
-    for (&v, t) in &graph.initializers {
-        facts[v.index()] = Some(Fact::from_tensor(t));
-    }
-    let mut captures = Vec::new();
-    for (v, name) in &graph.captures {
-        let (outer_id, fact) = outer
-            .get(name)
-            .ok_or_else(|| Error::Internal(format!("captured value '{name}' has no outer fact")))?;
-        facts[v.index()] = Some(fact.clone());
-        captures.push((*v, *outer_id));
-    }
-
-    // Weights first, so an upload failure is reported before any kernel work.
-    for (&v, t) in &graph.initializers {
-        let Ok(bytes) = t.bytes() else { continue };
-        let provider_err = |source| Error::Provider {
-            backend: ep.name(),
-            action: format!("uploading weight '{}'", graph.value(v).name),
+impl<'a> Pass<'a> {
+    fn new(
+        source: &'a Graph,
+        providers: &'a [&'a dyn ExecutionProvider],
+        opts: &'a CompileOptions<'a>,
+    ) -> Self {
+        let n = source.values.len();
+        Pass {
             source,
-        };
-        let buffer =
-            ep.allocate(bytes.len() as u64, t.dtype().align() as u32).map_err(provider_err)?;
-        let arg = TensorArg { buffer, dtype: t.dtype(), shape: t.shape().to_vec() };
-        weights.push((v, arg));
-        ep.upload(buffer, bytes).map_err(provider_err)?;
-        if let Some(cb) = opts.on_upload {
-            cb(bytes.len() as u64);
+            providers,
+            opts,
+            values: source.values.clone(),
+            initializers: source.initializers.clone(),
+            outputs: source.outputs.clone(),
+            nodes: Vec::with_capacity(source.nodes.len()),
+            steps: Vec::with_capacity(source.nodes.len()),
+            traits: Vec::with_capacity(source.nodes.len()),
+            facts: vec![None; n],
+            location: vec![None; n],
+            copies: HashMap::new(),
+            captures: Vec::new(),
         }
     }
 
-    steps.reserve(order.len());
-    let mut traits = vec![NodeTraits::default(); graph.nodes.len()];
-    for &n in &order {
-        let node = &graph.nodes[n.index()];
-        let desc = || node.desc();
-        let op = opts.registry.build(node).map_err(|source| Error::Op { node: desc(), source })?;
+    fn add_value(&mut self, name: String, fact: Option<Fact>, location: Option<usize>) -> ValueId {
+        let id = ValueId(self.values.len() as u32);
+        self.values.push(ValueInfo { name, declared: None });
+        self.facts.push(fact);
+        self.location.push(location);
+        id
+    }
+
+    fn run(&mut self, outer: &Scope, outputs_on: Option<usize>) -> Result<(), Error> {
+        let g = self.source;
+        let order = topological_order(g)?;
+        for &v in &g.inputs {
+            let info = g.value(v);
+            let fact =
+                info.declared.as_ref().and_then(declared_fact).ok_or_else(|| Error::Input {
+                    name: info.name.clone(),
+                    reason: "the model declares no tensor type for it".into(),
+                })?;
+            self.facts[v.index()] = Some(fact);
+            self.location[v.index()] = Some(0);
+        }
+        for (&v, t) in &g.initializers {
+            self.facts[v.index()] = Some(Fact::from_tensor(t));
+        }
+        for (v, name) in &g.captures {
+            let (outer_id, fact, loc) = outer.get(name).ok_or_else(|| {
+                Error::Internal(format!("captured value '{name}' has no outer fact"))
+            })?;
+            self.facts[v.index()] = Some(fact.clone());
+            self.location[v.index()] = *loc;
+            self.captures.push((*v, *outer_id));
+        }
+        for &n in &order {
+            self.node(&g.nodes[n.index()])?;
+        }
+        for i in 0..self.outputs.len() {
+            let o = self.outputs[i];
+            self.outputs[i] = match outputs_on {
+                Some(p) => self.on_provider(o, p),
+                None => {
+                    self.locate(o, 0);
+                    o
+                }
+            };
+        }
+        Ok(())
+    }
+
+    /// Gives an unplaced initializer a home.
+    fn locate(&mut self, v: ValueId, p: usize) {
+        if self.location[v.index()].is_none() && self.initializers.contains_key(&v) {
+            self.location[v.index()] = Some(p);
+        }
+    }
+
+    /// A value with the same contents on provider `p`: the value itself, a duplicate
+    /// weight, or the output of an inserted copy node (made once per value and provider).
+    fn on_provider(&mut self, v: ValueId, p: usize) -> ValueId {
+        self.locate(v, p);
+        if self.location[v.index()] == Some(p) {
+            return v;
+        }
+        if let Some(&c) = self.copies.get(&(v, p)) {
+            return c;
+        }
+        let name = format!("{}.{}", self.values[v.index()].name, self.providers[p].name());
+        let fact = self.facts[v.index()].clone();
+        let c = self.add_value(name.clone(), fact, Some(p));
+        if let Some(t) = self.initializers.get(&v).cloned() {
+            // A weight read on two providers is uploaded to both, once.
+            self.initializers.insert(c, t);
+        } else {
+            let node = Node {
+                name: format!("{name}.copy"),
+                op_type: "Copy".into(),
+                domain: ONYX_DOMAIN.into(),
+                opset: 1,
+                inputs: vec![Some(v)],
+                outputs: vec![Some(c)],
+                implicit_inputs: vec![],
+                attrs: Attributes::default(),
+            };
+            self.push(node, Box::new(DeviceCopy), Action::Copy, p, NodeTraits::default());
+        }
+        self.copies.insert((v, p), c);
+        c
+    }
+
+    fn push(
+        &mut self,
+        node: Node,
+        op: Box<dyn Op>,
+        action: Action,
+        provider: usize,
+        traits: NodeTraits,
+    ) {
+        let id = NodeId(self.nodes.len() as u32);
+        self.nodes.push(node);
+        self.traits.push(traits);
+        self.steps.push(Step { node: id, value_inputs: op.value_inputs(), op, action, provider });
+    }
+
+    fn node(&mut self, source: &Node) -> Result<(), Error> {
+        let desc = || source.desc();
+        let op = self
+            .opts
+            .registry
+            .build(source)
+            .map_err(|source| Error::Op { node: desc(), source })?;
         let in_facts: Vec<Option<Fact>> =
-            node.inputs.iter().map(|i| i.and_then(|v| facts[v.index()].clone())).collect();
+            source.inputs.iter().map(|i| i.and_then(|v| self.facts[v.index()].clone())).collect();
         if let Some((slot, _)) =
-            node.inputs.iter().enumerate().find(|(i, v)| v.is_some() && in_facts[*i].is_none())
+            source.inputs.iter().enumerate().find(|(i, v)| v.is_some() && in_facts[*i].is_none())
         {
             return Err(Error::Op {
                 node: desc(),
                 source: OpError::Invalid(format!("input {slot} has no inferable type")),
             });
         }
+        let mut node = source.clone();
+        let value_inputs = op.value_inputs();
 
-        let (action, out_facts) = if let Some(if_op) = downcast::<If>(&*op) {
-            let scope = scope_of(graph, &facts);
+        let (action, provider, out_facts, out_location) = if let Some(if_op) = downcast::<If>(&*op)
+        {
+            for &v in &source.implicit_inputs {
+                self.locate(v, 0);
+            }
+            let scope = self.scope();
             let sub = |g: &Arc<Graph>, branch: &str| {
-                compile(g.clone(), &scope, ep, opts).map_err(|e| Error::Subgraph {
-                    node: desc(),
-                    branch: branch.into(),
-                    source: Box::new(e),
+                compile_graph(g.clone(), &scope, self.providers, self.opts, Some(0)).map_err(|e| {
+                    Error::Subgraph { node: desc(), branch: branch.into(), source: Box::new(e) }
                 })
             };
             let then_branch = sub(&if_op.then_branch, "then_branch")?;
@@ -237,7 +415,7 @@ fn compile_inner(
                 Ok(g) => g,
                 Err(e) => {
                     let mut t = then_branch;
-                    let _ = t.free_weights(ep);
+                    let _ = t.free_weights(self.providers);
                     return Err(e);
                 }
             };
@@ -255,47 +433,50 @@ fn compile_inner(
                 then_branch: Box::new(then_branch),
                 else_branch: Box::new(else_branch),
             };
-            (action, out)
+            (action, 0, out, Some(0))
         } else {
             let out = op
                 .infer(&InferInputs::new(&in_facts))
                 .map_err(|source| Error::Op { node: desc(), source })?;
-            let action = if let Some(seq) = downcast::<SequenceOp>(&*op) {
-                Action::Sequence(seq.kind)
-            } else if let Some(slot) = op.view_of() {
-                Action::View(slot)
-            } else {
-                let input_dtypes: Vec<Option<DType>> =
-                    in_facts.iter().map(|f| f.as_ref().map(|f| f.dtype)).collect();
-                let output_dtypes: Vec<Option<DType>> = node
-                    .outputs
-                    .iter()
-                    .enumerate()
-                    .map(|(i, o)| o.and(out.get(i).map(|f| f.dtype)))
-                    .collect();
-                let spec = KernelSpec {
-                    node,
-                    op: &*op,
-                    input_dtypes: &input_dtypes,
-                    output_dtypes: &output_dtypes,
+            if let Some(seq) = downcast::<SequenceOp>(&*op) {
+                // Sequences live on the primary provider; their elements are moved there.
+                let element_slots: Vec<usize> = match seq.kind {
+                    SequenceKind::Construct => (0..node.inputs.len()).collect(),
+                    SequenceKind::Insert => vec![1],
+                    _ => vec![],
                 };
-                let kernel = ep.prepare(&spec).map_err(|source| match source {
-                    EpError::Unsupported(_) => {
-                        Error::NoKernel { node: desc(), backend: ep.name(), source }
+                for slot in element_slots {
+                    if let Some(v) = node.inputs[slot] {
+                        node.inputs[slot] = Some(self.on_provider(v, 0));
                     }
-                    source => Error::Kernel { node: desc(), backend: ep.name(), source },
+                }
+                (Action::Sequence(seq.kind), 0, out, Some(0))
+            } else if let Some(slot) = op.view_of() {
+                let src = node.input(slot).ok_or_else(|| Error::Op {
+                    node: desc(),
+                    source: OpError::MissingInput(slot),
                 })?;
-                Action::Kernel(kernel)
-            };
-            (action, out)
+                self.locate(src, 0);
+                let loc = self.location[src.index()];
+                (Action::View(slot), loc.unwrap_or(0), out, loc)
+            } else {
+                let (provider, kernel) = self.prepare(&node, &*op, &in_facts, &out)?;
+                for slot in 0..node.inputs.len() {
+                    if let (Some(v), false) = (node.inputs[slot], value_inputs.contains(&slot)) {
+                        node.inputs[slot] = Some(self.on_provider(v, provider));
+                    }
+                }
+                (Action::Kernel(kernel), provider, out, Some(provider))
+            }
         };
 
         for (i, o) in node.outputs.iter().enumerate() {
             if let (Some(v), Some(f)) = (o, out_facts.get(i)) {
-                facts[v.index()] = Some(f.clone());
+                self.facts[v.index()] = Some(f.clone());
+                self.location[v.index()] = out_location;
             }
         }
-        traits[n.index()] = NodeTraits {
+        let traits = NodeTraits {
             view_of: match action {
                 Action::View(slot) => Some(slot),
                 _ => None,
@@ -309,51 +490,129 @@ fn compile_inner(
                 Action::Sequence(SequenceKind::Construct | SequenceKind::Insert)
             ),
         };
-        steps.push(Step { node: n, value_inputs: op.value_inputs(), op, action });
+        self.push(node, op, action, provider, traits);
+        Ok(())
     }
 
-    let dtypes_match = |n: NodeId, slot: usize| {
-        let node = &graph.nodes[n.index()];
-        let out = node.outputs.first().copied().flatten();
-        let inp = node.input(slot);
-        match (
-            out.and_then(|o| facts[o.index()].as_ref()),
-            inp.and_then(|i| facts[i.index()].as_ref()),
-        ) {
-            (Some(o), Some(i)) => o.dtype == i.dtype && !o.sequence && !i.sequence,
-            _ => false,
-        }
-    };
-    let plan = Plan::new(graph, order, &traits, dtypes_match);
-    Ok((plan, facts, captures))
-}
-
-/// The facts visible to a subgraph of `graph`, by name. The loader made `graph`
-/// capture everything its subgraphs read from further out, so its own values suffice.
-fn scope_of(graph: &Graph, facts: &[Option<Fact>]) -> HashMap<String, (ValueId, Fact)> {
-    let mut scope = HashMap::new();
-    for (i, f) in facts.iter().enumerate() {
-        if let Some(f) = f {
-            // Subgraphs see the fact, not necessarily the value: only constants keep values.
-            let v = ValueId(i as u32);
-            let mut f = f.clone();
-            if !graph.initializers.contains_key(&v) {
-                f.value = None;
+    /// Prepares the kernel on the first provider that supports it.
+    fn prepare(
+        &self,
+        node: &Node,
+        op: &dyn Op,
+        in_facts: &[Option<Fact>],
+        out: &[Fact],
+    ) -> Result<(usize, KernelId), Error> {
+        let input_dtypes: Vec<Option<DType>> =
+            in_facts.iter().map(|f| f.as_ref().map(|f| f.dtype)).collect();
+        let output_dtypes: Vec<Option<DType>> = node
+            .outputs
+            .iter()
+            .enumerate()
+            .map(|(i, o)| o.and(out.get(i).map(|f| f.dtype)))
+            .collect();
+        let spec =
+            KernelSpec { node, op, input_dtypes: &input_dtypes, output_dtypes: &output_dtypes };
+        let mut declined = None;
+        for (i, ep) in self.providers.iter().enumerate() {
+            if i > 0 && !self.opts.allow_fallback {
+                break;
             }
-            scope.insert(graph.value(v).name.clone(), (v, f));
+            match ep.prepare(&spec) {
+                Ok(k) => {
+                    if i > 0 {
+                        log::debug!("{} falls back to {}", node.desc(), ep.name());
+                    }
+                    return Ok((i, k));
+                }
+                Err(EpError::Unsupported(reason)) => {
+                    declined.get_or_insert((ep.name(), EpError::Unsupported(reason)));
+                }
+                Err(source) => {
+                    return Err(Error::Kernel { node: node.desc(), backend: ep.name(), source });
+                }
+            }
+        }
+        let (backend, source) = declined
+            .unwrap_or_else(|| ("none".into(), EpError::Unsupported("no providers".into())));
+        Err(Error::NoKernel { node: node.desc(), backend, source })
+    }
+
+    /// What a subgraph sees: every value of this graph by name, with fact and location.
+    fn scope(&self) -> Scope {
+        let mut scope = HashMap::new();
+        for (i, f) in self.facts.iter().enumerate() {
+            if let Some(f) = f {
+                let v = ValueId(i as u32);
+                let mut f = f.clone();
+                // Subgraphs see values, not contents, except for constants.
+                if !self.initializers.contains_key(&v) {
+                    f.value = None;
+                }
+                scope.insert(self.values[i].name.clone(), (v, f, self.location[i]));
+            }
+        }
+        scope
+    }
+
+    fn finish(self, captures: Vec<(ValueId, ValueId)>) -> CompiledGraph {
+        let graph = Graph {
+            name: self.source.name.clone(),
+            values: self.values,
+            nodes: self.nodes,
+            inputs: self.source.inputs.clone(),
+            outputs: self.outputs,
+            initializers: self.initializers,
+            captures: self.source.captures.clone(),
+            folded_constants: self.source.folded_constants,
+        };
+        let facts = self.facts;
+        let order: Vec<NodeId> = (0..graph.nodes.len()).map(|i| NodeId(i as u32)).collect();
+        let dtypes_match = |n: NodeId, slot: usize| {
+            let node = &graph.nodes[n.index()];
+            let out = node.outputs.first().copied().flatten();
+            match (
+                out.and_then(|o| facts[o.index()].as_ref()),
+                node.input(slot).and_then(|i| facts[i.index()].as_ref()),
+            ) {
+                (Some(o), Some(i)) => o.dtype == i.dtype && !o.sequence && !i.sequence,
+                _ => false,
+            }
+        };
+        let plan = Plan::new(&graph, order, &self.traits, dtypes_match);
+        CompiledGraph {
+            graph: Arc::new(graph),
+            plan,
+            steps: self.steps,
+            facts,
+            location: self.location,
+            weights: Vec::new(),
+            captures,
         }
     }
-    scope
 }
 
-impl CompiledGraph {
-    /// The static facts of the graph outputs.
-    pub fn output_facts(&self) -> Vec<Option<Fact>> {
-        self.graph.outputs.iter().map(|o| self.facts[o.index()].clone()).collect()
+/// Uploads every initializer that lives on a provider (shape-only constants stay on the host).
+fn upload_weights(
+    cg: &mut CompiledGraph,
+    providers: &[&dyn ExecutionProvider],
+    opts: &CompileOptions<'_>,
+) -> Result<(), Error> {
+    let graph = cg.graph.clone();
+    for (&v, t) in &graph.initializers {
+        let (Some(p), Ok(bytes)) = (cg.location[v.index()], t.bytes()) else { continue };
+        let ep = providers[p];
+        let provider_err = |source| Error::Provider {
+            backend: ep.name(),
+            action: format!("uploading weight '{}'", graph.value(v).name),
+            source,
+        };
+        let buffer =
+            ep.allocate(bytes.len() as u64, t.dtype().align() as u32).map_err(provider_err)?;
+        cg.weights.push((v, p, TensorArg { buffer, dtype: t.dtype(), shape: t.shape().to_vec() }));
+        ep.upload(buffer, bytes).map_err(provider_err)?;
+        if let Some(cb) = opts.on_upload {
+            cb(bytes.len() as u64);
+        }
     }
-
-    /// The declared-or-inferred shape of a graph input.
-    pub fn input_shape(&self, v: ValueId) -> Option<&Shape> {
-        self.facts[v.index()].as_ref().and_then(|f| f.shape.as_ref())
-    }
+    Ok(())
 }

@@ -5,7 +5,9 @@ mod run;
 mod sequence;
 mod state;
 
-pub use compile::{Action, CompileOptions, CompiledGraph, Step, compile, declared_fact};
+pub use compile::{
+    Action, CompileOptions, CompiledGraph, ONYX_DOMAIN, Scope, Step, compile, declared_fact,
+};
 pub use run::{DeviceValue, RunOptions, RunResult, run};
 
 use crate::ops::control::If;

@@ -9,7 +9,7 @@ use std::pin::Pin;
 use super::compile::{Action, CompiledGraph, Step};
 use super::state::{Exec, Frame, Outputs, Slot, Val, common_shape};
 use crate::dtype::DType;
-use crate::ep::{ExecutionProvider, TensorArg};
+use crate::ep::{ExecutionProvider, Launch, TensorArg};
 use crate::error::{Error, OpError};
 use crate::graph::{Node, ValueId};
 use crate::ops::{Fact, InferInputs};
@@ -58,12 +58,12 @@ pub struct RunResult {
 /// [`Error`] with the failing node, op and backend in its chain.
 pub async fn run(
     cg: &CompiledGraph,
-    ep: &dyn ExecutionProvider,
+    providers: &[&dyn ExecutionProvider],
     inputs: &[DeviceValue],
     opts: RunOptions,
 ) -> Result<RunResult, Error> {
     let mut ex = Exec {
-        ep,
+        providers,
         bufs: Vec::new(),
         ledger: HashSet::new(),
         release: opts.release_dead_values,
@@ -77,7 +77,9 @@ pub async fn run(
         let outputs: Vec<DeviceValue> = outs.iter().map(|v| ex.device_value(v)).collect();
         for v in &outputs {
             for t in tensors(v) {
-                ex.ledger.remove(&t.buffer.id);
+                if let Some(p) = ex.provider_of(t.buffer.device) {
+                    ex.ledger.remove(&(p, t.buffer.id));
+                }
             }
         }
         if !ex.ledger.is_empty() {
@@ -120,8 +122,19 @@ impl<'a> Exec<'a> {
                 if let Some(f) = fact {
                     check_input(name, f, t)?;
                 }
+                // Inputs are expected on the primary provider, where the plan put them.
+                if self.provider_of(t.buffer.device) != Some(0) {
+                    return Err(Error::Input {
+                        name: name.clone(),
+                        reason: format!(
+                            "its buffer is on {}, expected {}",
+                            t.buffer.device,
+                            self.providers[0].device()
+                        ),
+                    });
+                }
                 Ok(Slot {
-                    key: self.adopt(t.buffer, false),
+                    key: self.adopt(t.buffer, 0, false),
                     dtype: t.dtype,
                     shape: t.shape.clone(),
                 })
@@ -150,11 +163,11 @@ impl<'a> Exec<'a> {
             let mut frame = Frame {
                 vals: vec![None; cg.graph.values.len()],
                 host: HashMap::new(),
-                trace: RunTrace::new(&cg.graph, &cg.plan),
+                trace: RunTrace::new(&cg.graph, &cg.plan, self.providers.len()),
             };
-            for (v, w) in &cg.weights {
+            for (v, p, w) in &cg.weights {
                 let val = Val::Tensor(Slot {
-                    key: self.adopt(w.buffer, false),
+                    key: self.adopt(w.buffer, *p, false),
                     dtype: w.dtype,
                     shape: w.shape.clone(),
                 });
@@ -180,7 +193,7 @@ impl<'a> Exec<'a> {
                 }
             }
             let outs = self.finish(cg, &mut frame)?;
-            Ok((outs, cg.plan.memory_figures(&cg.graph, &frame.trace)))
+            Ok((outs, cg.plan.memory_figures(&cg.graph, &frame.trace, &cg.location)))
         })
     }
 
@@ -208,13 +221,13 @@ impl<'a> Exec<'a> {
                 if b.owned && b.refs == 1 {
                     continue;
                 }
-                let (src, bytes) = (b.buffer, b.buffer.size);
-                let key = self.alloc(bytes, slot.dtype.align() as u32, "an output copy")?;
+                let (src, bytes, p) = (b.buffer, b.buffer.size, b.provider);
+                let key = self.alloc(p, bytes, slot.dtype.align() as u32, "an output copy")?;
                 let dst = self.bufs[key].buffer;
-                self.ep
+                self.providers[p]
                     .copy(src, dst, bytes)
-                    .map_err(|e| self.provider_err("copying an output".into(), e))?;
-                frame.trace.output_copies += bytes;
+                    .map_err(|e| self.provider_err(p, "copying an output".into(), e))?;
+                frame.trace.output_copies[p] += bytes;
                 let old = Val::Tensor(slot.clone());
                 slot.key = key;
                 self.bufs[key].refs = 1;
@@ -246,9 +259,9 @@ impl<'a> Exec<'a> {
         let len = slot.dtype.byte_size(numel).ok_or_else(|| {
             Error::Internal("string tensors cannot be read back from a device".into())
         })?;
-        let buffer = self.bufs[slot.key].buffer;
-        let bytes = self.ep.download(buffer, len).await.map_err(|e| {
-            self.provider_err(format!("reading '{}' back", cg.graph.value(v).name), e)
+        let (buffer, p) = (self.bufs[slot.key].buffer, self.bufs[slot.key].provider);
+        let bytes = self.providers[p].download(buffer, len).await.map_err(|e| {
+            self.provider_err(p, format!("reading '{}' back", cg.graph.value(v).name), e)
         })?;
         let t = Tensor::from_bytes(slot.dtype, slot.shape, bytes.into())
             .map_err(|e| Error::Internal(e.to_string()))?;
@@ -256,22 +269,34 @@ impl<'a> Exec<'a> {
         Ok(t)
     }
 
-    /// Input tensors and facts (with host values where inference needs them).
+    /// Device inputs, host values of the value inputs, and facts for inference.
     async fn gather(
         &mut self,
         cg: &CompiledGraph,
         frame: &mut Frame,
         node: &Node,
         step: &Step,
-    ) -> Result<(Vec<Option<TensorArg>>, Vec<Option<Fact>>), Error> {
-        let mut args = Vec::with_capacity(node.inputs.len());
-        let mut facts = Vec::with_capacity(node.inputs.len());
+    ) -> Result<Gathered, Error> {
+        let n = node.inputs.len();
+        let mut g = Gathered {
+            args: Vec::with_capacity(n),
+            values: vec![None; n],
+            facts: Vec::with_capacity(n),
+        };
         for (i, input) in node.inputs.iter().enumerate() {
             let Some(v) = *input else {
-                args.push(None);
-                facts.push(None);
+                g.args.push(None);
+                g.facts.push(None);
                 continue;
             };
+            if step.value_inputs.contains(&i) {
+                // Shape arguments travel on the host; kernels read them from `values`.
+                let t = self.host_value(cg, frame, v).await?;
+                g.facts.push(Some(Fact::from_tensor(&t)));
+                g.values[i] = Some(t);
+                g.args.push(None);
+                continue;
+            }
             let val = frame.vals[v.index()].clone().ok_or_else(|| {
                 Error::Internal(format!(
                     "{}: input '{}' is not live (released too early?)",
@@ -281,21 +306,16 @@ impl<'a> Exec<'a> {
             })?;
             match &val {
                 Val::Tensor(slot) => {
-                    let mut fact = Fact::known(slot.dtype, &slot.shape);
-                    if step.value_inputs.contains(&i) {
-                        fact.value = Some(self.host_value(cg, frame, v).await?);
-                    }
-                    args.push(Some(self.arg(slot)));
-                    facts.push(Some(fact));
+                    g.args.push(Some(self.arg(slot)));
+                    g.facts.push(Some(Fact::known(slot.dtype, &slot.shape)));
                 }
                 Val::Seq(d, items) => {
-                    let shape = common_shape(items);
-                    args.push(None);
-                    facts.push(Some(Fact::sequence_of(*d, shape)));
+                    g.args.push(None);
+                    g.facts.push(Some(Fact::sequence_of(*d, common_shape(items))));
                 }
             }
         }
-        Ok((args, facts))
+        Ok(g)
     }
 
     async fn step(
@@ -309,7 +329,7 @@ impl<'a> Exec<'a> {
         let op_err = |source: OpError| Error::Op { node: node.desc(), source };
         match &step.action {
             Action::Kernel(kernel) => {
-                let (args, facts) = self.gather(cg, frame, node, step).await?;
+                let Gathered { args, values, facts } = self.gather(cg, frame, node, step).await?;
                 if let Some(i) = facts.iter().position(|f| f.as_ref().is_some_and(|f| f.sequence)) {
                     return Err(op_err(OpError::Invalid(format!(
                         "input {i} is a sequence, expected a tensor"
@@ -336,6 +356,7 @@ impl<'a> Exec<'a> {
                         }
                         None => {
                             let key = self.alloc(
+                                step.provider,
                                 bytes,
                                 dtype.align() as u32,
                                 &format!("output {i} of {}", node.desc()),
@@ -354,13 +375,15 @@ impl<'a> Exec<'a> {
                         frame.host.insert(v, value);
                     }
                 }
-                let launched = self.ep.launch(*kernel, &args, &outs);
+                let ep = self.providers[step.provider];
+                let launched =
+                    ep.launch(*kernel, &Launch { inputs: &args, outputs: &outs, values: &values });
                 for (v, val) in new_vals {
                     frame.vals[v.index()] = Some(val);
                 }
                 launched.map_err(|source| Error::Kernel {
                     node: node.desc(),
-                    backend: self.ep.name(),
+                    backend: ep.name(),
                     source,
                 })?;
             }
@@ -377,7 +400,7 @@ impl<'a> Exec<'a> {
                     frame.vals[v.index()] = Some(val);
                     return Ok(());
                 }
-                let (_, facts) = self.gather(cg, frame, node, step).await?;
+                let facts = self.gather(cg, frame, node, step).await?.facts;
                 let out_facts = step.op.infer(&InferInputs::new(&facts)).map_err(op_err)?;
                 let src = node.input(*slot).and_then(|v| frame.vals[v.index()].clone());
                 let Some(Val::Tensor(src)) = src else {
@@ -445,7 +468,35 @@ impl<'a> Exec<'a> {
                 }
             }
             Action::Sequence(kind) => self.sequence(cg, frame, node, *kind).await?,
+            Action::Copy => self.copy_across(cg, frame, node, step.provider).await?,
         }
+        Ok(())
+    }
+
+    /// Copies input 0 to provider `to` through the host (download, then upload).
+    async fn copy_across(
+        &mut self,
+        cg: &CompiledGraph,
+        frame: &mut Frame,
+        node: &Node,
+        to: usize,
+    ) -> Result<(), Error> {
+        let (Some(src), Some(dst)) = (node.input(0), node.outputs.first().copied().flatten())
+        else {
+            return Err(Error::Internal(format!("{}: malformed copy", node.desc())));
+        };
+        let t = self.host_value(cg, frame, src).await?;
+        let bytes = t.bytes().map_err(|e| Error::Internal(e.to_string()))?;
+        let key =
+            self.alloc(to, bytes.len() as u64, t.dtype().align() as u32, &node.desc().to_string())?;
+        let buffer = self.bufs[key].buffer;
+        self.providers[to]
+            .upload(buffer, bytes)
+            .map_err(|e| self.provider_err(to, format!("uploading for {}", node.desc()), e))?;
+        frame.trace.allocated[dst.index()] = Some(bytes.len() as u64);
+        let val = Val::Tensor(Slot { key, dtype: t.dtype(), shape: t.shape().to_vec() });
+        self.hold(&val, cg.plan.guard(dst).is_some());
+        frame.vals[dst.index()] = Some(val);
         Ok(())
     }
 
@@ -464,6 +515,16 @@ impl<'a> Exec<'a> {
                 .then_some((slot.key, v))
         })
     }
+}
+
+/// What a step's inputs are at run time.
+struct Gathered {
+    /// Device tensors by slot (`None` for absent inputs, sequences and value inputs).
+    args: Vec<Option<TensorArg>>,
+    /// Host tensors for the value inputs, by slot.
+    values: Vec<Option<Tensor>>,
+    /// Concrete facts for inference.
+    facts: Vec<Option<Fact>>,
 }
 
 /// The concrete dtype, dims and byte size of output `i`.

@@ -61,11 +61,11 @@ impl Exec<'_> {
             }
             SequenceKind::Length => {
                 let (_, items) = as_seq(input(0)?)?;
-                let key = self.alloc(8, 8, "a sequence length")?;
+                let key = self.alloc(0, 8, 8, "a sequence length")?;
                 let buffer = self.bufs[key].buffer;
-                self.ep
+                self.providers[0]
                     .upload(buffer, &(items.len() as i64).to_le_bytes())
-                    .map_err(|e| self.provider_err("writing a sequence length".into(), e))?;
+                    .map_err(|e| self.provider_err(0, "writing a sequence length".into(), e))?;
                 frame.trace.allocated[out.index()] = Some(8);
                 Val::Tensor(Slot { key, dtype: DType::I64, shape: vec![] })
             }

@@ -4,7 +4,7 @@
 use std::collections::{HashMap, HashSet};
 
 use crate::dtype::DType;
-use crate::ep::{DeviceBuffer, ExecutionProvider, TensorArg};
+use crate::ep::{DeviceBuffer, DeviceId, ExecutionProvider, TensorArg};
 use crate::error::Error;
 use crate::graph::ValueId;
 use crate::plan::{MemoryFigures, RunTrace};
@@ -15,6 +15,8 @@ use super::run::DeviceValue;
 
 pub(super) struct BufState {
     pub(super) buffer: DeviceBuffer,
+    /// The provider (index) holding it.
+    pub(super) provider: usize,
     pub(super) refs: u32,
     /// Allocated by this run (only those are ever freed by it).
     pub(super) owned: bool,
@@ -52,10 +54,10 @@ pub(super) struct Frame {
 }
 
 pub(super) struct Exec<'a> {
-    pub(super) ep: &'a dyn ExecutionProvider,
+    pub(super) providers: &'a [&'a dyn ExecutionProvider],
     pub(super) bufs: Vec<BufState>,
-    /// Ids of buffers this run allocated and has not freed.
-    pub(super) ledger: HashSet<u64>,
+    /// `(provider, id)` of buffers this run allocated and has not freed.
+    pub(super) ledger: HashSet<(usize, u64)>,
     pub(super) release: bool,
     pub(super) releases: u64,
     /// Owned buffers with no references left, freed at the end of the run.
@@ -65,28 +67,45 @@ pub(super) struct Exec<'a> {
 pub(super) type Outputs = (Vec<Val>, MemoryFigures);
 
 impl<'a> Exec<'a> {
-    pub(super) fn provider_err(&self, action: String, source: crate::ep::EpError) -> Error {
-        Error::Provider { backend: self.ep.name(), action, source }
+    pub(super) fn provider_err(
+        &self,
+        p: usize,
+        action: String,
+        source: crate::ep::EpError,
+    ) -> Error {
+        Error::Provider { backend: self.providers[p].name(), action, source }
     }
 
-    pub(super) fn adopt(&mut self, buffer: DeviceBuffer, owned: bool) -> usize {
-        self.bufs.push(BufState { buffer, refs: 0, owned, guarded: false });
+    /// The provider index of a device, if one of ours holds it.
+    pub(super) fn provider_of(&self, device: DeviceId) -> Option<usize> {
+        self.providers.iter().position(|p| p.device() == device)
+    }
+
+    pub(super) fn adopt(&mut self, buffer: DeviceBuffer, provider: usize, owned: bool) -> usize {
+        self.bufs.push(BufState { buffer, provider, refs: 0, owned, guarded: false });
         self.bufs.len() - 1
     }
 
-    pub(super) fn alloc(&mut self, bytes: u64, align: u32, what: &str) -> Result<usize, Error> {
-        let buffer = self
-            .ep
+    pub(super) fn alloc(
+        &mut self,
+        p: usize,
+        bytes: u64,
+        align: u32,
+        what: &str,
+    ) -> Result<usize, Error> {
+        let buffer = self.providers[p]
             .allocate(bytes, align)
-            .map_err(|e| self.provider_err(format!("allocating {bytes} bytes for {what}"), e))?;
-        self.ledger.insert(buffer.id);
-        Ok(self.adopt(buffer, true))
+            .map_err(|e| self.provider_err(p, format!("allocating {bytes} bytes for {what}"), e))?;
+        self.ledger.insert((p, buffer.id));
+        Ok(self.adopt(buffer, p, true))
     }
 
     pub(super) fn dealloc(&mut self, key: usize) -> Result<(), Error> {
-        let buffer = self.bufs[key].buffer;
-        self.ep.deallocate(buffer).map_err(|e| self.provider_err("freeing a buffer".into(), e))?;
-        self.ledger.remove(&buffer.id);
+        let (buffer, p) = (self.bufs[key].buffer, self.bufs[key].provider);
+        self.providers[p]
+            .deallocate(buffer)
+            .map_err(|e| self.provider_err(p, "freeing a buffer".into(), e))?;
+        self.ledger.remove(&(p, buffer.id));
         self.bufs[key].owned = false;
         Ok(())
     }

@@ -72,6 +72,16 @@ impl Op for If {
     }
 }
 
+/// A copy of a value to another provider, inserted by the planner (never in model files).
+#[derive(Debug, Clone)]
+pub struct DeviceCopy;
+
+impl Op for DeviceCopy {
+    fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<Fact>, OpError> {
+        Ok(vec![inputs.get(0)?.clone()])
+    }
+}
+
 /// Registers the control-flow ops.
 pub fn register_all(r: &mut OpRegistry) {
     r.register("If", |n| {

@@ -14,37 +14,55 @@ pub struct RunTrace {
     pub in_place: Vec<Option<ValueId>>,
     /// For each step that ran a subgraph, that subgraph's figures.
     pub inner: Vec<Option<MemoryFigures>>,
-    /// Bytes of the copies made at the end so outputs own their buffers.
-    pub output_copies: u64,
+    /// Bytes of the copies made at the end so outputs own their buffers, per provider.
+    pub output_copies: Vec<u64>,
 }
 
 impl RunTrace {
     /// An empty trace for a graph and plan.
-    pub fn new(graph: &Graph, plan: &Plan) -> Self {
+    pub fn new(graph: &Graph, plan: &Plan, providers: usize) -> Self {
         RunTrace {
             allocated: vec![None; graph.values.len()],
             in_place: vec![None; plan.order.len()],
             inner: vec![None; plan.order.len()],
-            output_copies: 0,
+            output_copies: vec![0; providers],
         }
     }
 }
 
-/// Memory figures of one run, in bytes. Initializers are not included: they
-/// belong to the session and are resident before and after every run.
+/// The figures of one provider.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
-pub struct MemoryFigures {
-    /// Peak of the live set the plan allows: with release at last use, the
-    /// executor's device peak must equal it.
+pub struct ProviderFigures {
+    /// Peak of the live set on this provider that release at last use allows:
+    /// the provider's measured peak must equal it.
     pub live_set_bound: u64,
-    /// Every byte allocated during the run: the peak when nothing is released.
+    /// Every byte allocated on this provider during the run.
     pub no_release_bytes: u64,
 }
 
+/// Memory figures of one run, in bytes. Initializers are not included: they
+/// belong to the session and are resident before and after every run.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MemoryFigures {
+    /// Peak of the live set over all providers together.
+    pub live_set_bound: u64,
+    /// Every byte allocated during the run, all providers together.
+    pub no_release_bytes: u64,
+    /// The same figures per provider, in provider order.
+    pub per_provider: Vec<ProviderFigures>,
+}
+
 impl Plan {
-    /// Computes the figures for a run that allocated as `trace` says.
-    pub fn memory_figures(&self, graph: &Graph, trace: &RunTrace) -> MemoryFigures {
+    /// Computes the figures for a run that allocated as `trace` says; `location`
+    /// gives the provider of each value (where its buffer was allocated).
+    pub fn memory_figures(
+        &self,
+        graph: &Graph,
+        trace: &RunTrace,
+        location: &[Option<usize>],
+    ) -> MemoryFigures {
         let nv = graph.values.len();
+        let np = trace.output_copies.len().max(1);
         let steps = self.order.len();
         // Groups: static views plus the in-place merges the run actually made.
         let mut parent: Vec<usize> = (0..nv).collect();
@@ -61,23 +79,25 @@ impl Plan {
             parent[b] = a;
         }
         for (s, taken) in trace.in_place.iter().enumerate() {
-            if let Some(src) = taken {
-                if let Some(out) = self.outputs_of_step(graph, s).first().copied().flatten() {
-                    let (a, b) = (find(&mut parent, src.index()), find(&mut parent, out.index()));
-                    parent[b] = a;
-                }
+            if let (Some(src), Some(out)) =
+                (taken, self.outputs_of_step(graph, s).first().copied().flatten())
+            {
+                let (a, b) = (find(&mut parent, src.index()), find(&mut parent, out.index()));
+                parent[b] = a;
             }
         }
-        // For each group: its allocation (size, start step) and its end step.
+        // For each group: its allocation (size, provider, start step) and its end step.
         // Steps are shifted by one so that graph inputs (uploaded before step 0) sit at 0.
         let end_of_run = steps + 1;
         let mut size = vec![0u64; nv];
+        let mut provider = vec![0usize; nv];
         let mut start = vec![usize::MAX; nv];
         let mut end = vec![0usize; nv];
         for v in 0..nv {
             let g = find(&mut parent, v);
             if let Some(bytes) = trace.allocated[v] {
                 size[g] += bytes;
+                provider[g] = location.get(v).copied().flatten().unwrap_or(0).min(np - 1);
                 start[g] = start[g].min(self.producer_step[v].map_or(0, |s| s + 1));
             }
             let e = match self.guards[v] {
@@ -86,35 +106,47 @@ impl Plan {
             };
             end[g] = end[g].max(e);
         }
-        let mut live = vec![0u64; end_of_run + 1];
-        let mut inner_peak = vec![0u64; end_of_run + 1];
-        let mut no_release = trace.output_copies;
+        let mut live = vec![vec![0u64; end_of_run + 1]; np];
+        let mut extra = vec![vec![0u64; end_of_run + 1]; np];
+        let mut per = vec![ProviderFigures::default(); np];
         for g in 0..nv {
             if size[g] == 0 || start[g] == usize::MAX {
                 continue;
             }
-            no_release += size[g];
-            for t in live.iter_mut().take(end[g] + 1).skip(start[g]) {
+            per[provider[g]].no_release_bytes += size[g];
+            for t in live[provider[g]].iter_mut().take(end[g] + 1).skip(start[g]) {
                 *t += size[g];
             }
         }
         for (s, inner) in trace.inner.iter().enumerate() {
-            if let Some(f) = inner {
-                // The subgraph's own peak includes the outputs it hands up; those are
-                // counted from this step on in `live`, so take the larger of the two.
-                let outs: u64 = self
-                    .outputs_of_step(graph, s)
-                    .iter()
-                    .flatten()
-                    .map(|v| trace.allocated[v.index()].unwrap_or(0))
-                    .sum();
-                inner_peak[s + 1] = f.live_set_bound.saturating_sub(outs);
-                no_release += f.no_release_bytes.saturating_sub(outs);
+            let Some(f) = inner else { continue };
+            // The subgraph's own peak includes the outputs it hands up; those are
+            // counted from this step on in `live`, so they are subtracted once.
+            let mut outs = vec![0u64; np];
+            for v in self.outputs_of_step(graph, s).iter().flatten() {
+                let p = location.get(v.index()).copied().flatten().unwrap_or(0).min(np - 1);
+                outs[p] += trace.allocated[v.index()].unwrap_or(0);
+            }
+            for (p, pf) in f.per_provider.iter().enumerate().take(np) {
+                extra[p][s + 1] = pf.live_set_bound.saturating_sub(outs[p]);
+                per[p].no_release_bytes += pf.no_release_bytes.saturating_sub(outs[p]);
             }
         }
-        live[end_of_run] += trace.output_copies;
-        let bound = live.iter().zip(&inner_peak).map(|(l, i)| l + i).max().unwrap_or(0);
-        MemoryFigures { live_set_bound: bound, no_release_bytes: no_release }
+        for p in 0..np {
+            live[p][end_of_run] += trace.output_copies[p];
+            per[p].no_release_bytes += trace.output_copies[p];
+            per[p].live_set_bound =
+                (0..=end_of_run).map(|t| live[p][t] + extra[p][t]).max().unwrap_or(0);
+        }
+        let total = (0..=end_of_run)
+            .map(|t| (0..np).map(|p| live[p][t] + extra[p][t]).sum::<u64>())
+            .max()
+            .unwrap_or(0);
+        MemoryFigures {
+            live_set_bound: total,
+            no_release_bytes: per.iter().map(|p| p.no_release_bytes).sum(),
+            per_provider: per,
+        }
     }
 
     fn outputs_of_step<'g>(&self, graph: &'g Graph, step: usize) -> &'g [Option<ValueId>] {

@@ -84,15 +84,10 @@ fn plan_of(g: Graph) -> (Arc<Graph>, Plan) {
     let g = Arc::new(g);
     let cpu = crate::tests_support::NullProvider::default();
     let registry = OpRegistry::standard();
-    let mut cg = compile(
-        g.clone(),
-        &HashMap::new(),
-        &cpu,
-        &CompileOptions { registry: &registry, on_upload: None },
-    )
-    .unwrap();
-    cg.free_weights(&cpu).unwrap();
-    (g, cg.plan.clone())
+    let opts = CompileOptions { registry: &registry, on_upload: None, allow_fallback: false };
+    let mut cg = compile(g, &HashMap::new(), &[&cpu], &opts).unwrap();
+    cg.free_weights(&[&cpu]).unwrap();
+    (cg.graph.clone(), cg.plan.clone())
 }
 
 fn id(g: &Graph, name: &str) -> ValueId {
@@ -178,21 +173,16 @@ fn plan_of_with_outer(branch: &Graph, outer: &Graph) -> (Arc<Graph>, Plan) {
     let g = Arc::new(branch.clone());
     let cpu = crate::tests_support::NullProvider::default();
     let registry = OpRegistry::standard();
-    let scope: HashMap<String, (ValueId, crate::ops::Fact)> = outer
+    let fact = crate::ops::Fact::known(crate::dtype::DType::F32, &[4]);
+    let scope: crate::exec::Scope = outer
         .values
         .iter()
         .enumerate()
-        .map(|(i, v)| {
-            (
-                v.name.clone(),
-                (ValueId(i as u32), crate::ops::Fact::known(crate::dtype::DType::F32, &[4])),
-            )
-        })
+        .map(|(i, v)| (v.name.clone(), (ValueId(i as u32), fact.clone(), Some(0))))
         .collect();
-    let cg =
-        compile(g.clone(), &scope, &cpu, &CompileOptions { registry: &registry, on_upload: None })
-            .unwrap();
-    (g, cg.plan.clone())
+    let opts = CompileOptions { registry: &registry, on_upload: None, allow_fallback: false };
+    let cg = compile(g, &scope, &[&cpu], &opts).unwrap();
+    (cg.graph.clone(), cg.plan.clone())
 }
 
 #[test]

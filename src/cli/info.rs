@@ -76,27 +76,52 @@ pub fn info(a: InfoArgs) -> Result<ExitCode> {
         println!("  {op:<32} {count:>6}  {support}");
     }
 
+    // Placement and planned memory need a session on the requested device.
+    let session = match open(&a.model, &a.session, true) {
+        Ok(s) => s,
+        Err(e) => {
+            println!("placement on {}: unavailable: {e:#}", a.session.device);
+            return Ok(ExitCode::SUCCESS);
+        }
+    };
+    let counts = session.kernels_per_device();
+    let summary: Vec<String> = counts.iter().map(|(d, n)| format!("{n} on {d}")).collect();
+    println!(
+        "placement ({} requested): kernel nodes {}",
+        session.requested_device(),
+        summary.join(", ")
+    );
+    if counts.len() > 1 {
+        let primary = &counts[0].0;
+        let fallen: Vec<(String, String)> =
+            session.placement().into_iter().filter(|(_, d)| d != primary).collect();
+        for (node, device) in fallen.iter().take(40) {
+            println!("  {node} -> {device}");
+        }
+        if fallen.len() > 40 {
+            println!("  … and {} more", fallen.len() - 40);
+        }
+    }
     if a.no_plan {
         return Ok(ExitCode::SUCCESS);
     }
     // Planned memory: the planner's figures for one run at the given dims.
     let dims: Vec<String> = a.session.dims.iter().map(|(k, v)| format!("{k}={v}")).collect();
     let dims = if dims.is_empty() { String::new() } else { format!("{}, ", dims.join(" ")) };
-    println!(
-        "planned memory (one run on {} with generated inputs; symbolic dims {dims}others 1)",
-        a.session.device
-    );
+    println!("planned memory (one run with generated inputs; symbolic dims {dims}others 1)");
     let planned = (|| -> Result<onyx::MemoryReport> {
-        let session = open(&a.model, &a.session, true)?;
         let values = super::io::inputs(&session, &[], &a.session.dims, 0)?;
         Ok(session.run(values).context("planning run")?.memory)
     })();
     match planned {
         Ok(m) => {
-            println!("  weights (resident)     {:>12}", bytes(m.weight_bytes));
-            println!("  live-set bound         {:>12}", bytes(m.live_set_bound_bytes));
-            println!("  without release        {:>12}", bytes(m.no_release_bytes));
-            println!("  measured peak          {:>12}", bytes(m.peak_bytes));
+            for d in &m.devices {
+                println!("  {}", d.device);
+                println!("    weights (resident)     {:>12}", bytes(d.weight_bytes));
+                println!("    live-set bound         {:>12}", bytes(d.live_set_bound_bytes));
+                println!("    without release        {:>12}", bytes(d.no_release_bytes));
+                println!("    measured peak          {:>12}", bytes(d.peak_bytes));
+            }
         }
         Err(e) => println!("  unavailable: {e:#}"),
     }

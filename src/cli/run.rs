@@ -62,7 +62,9 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
                 "live_set_bound_bytes": m.live_set_bound_bytes,
                 "releases": m.releases,
                 "weight_bytes": m.weight_bytes,
+                "devices": m.devices,
             },
+            "kernels_per_device": session.kernels_per_device(),
         });
         println!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(ExitCode::SUCCESS);
@@ -110,5 +112,19 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
         m.live_set_bound_bytes
     );
     println!("  releases               {:>12}", m.releases);
+    if m.devices.len() > 1 {
+        for d in &m.devices {
+            println!(
+                "  {:<10} peak {:>12}  without release {:>12}  bound {:>12}",
+                d.device,
+                bytes(d.peak_bytes),
+                bytes(d.no_release_bytes),
+                bytes(d.live_set_bound_bytes)
+            );
+        }
+        let counts: Vec<String> =
+            session.kernels_per_device().iter().map(|(d, n)| format!("{n} on {d}")).collect();
+        println!("placement {}", counts.join(", "));
+    }
     Ok(ExitCode::SUCCESS)
 }

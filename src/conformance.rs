@@ -10,12 +10,24 @@ use onyx_core::tensor::Value;
 
 use crate::{Error, Session};
 
-/// Runs cases on one device through [`Session`].
+/// Runs cases on one device through [`Session`]. The device is opened once and
+/// shared by every case (its pipelines and kernels are reused).
 pub struct SessionRuntime {
-    /// The device string.
-    pub device: String,
-    /// Forbid device fallback.
-    pub strict: bool,
+    device: String,
+    strict: bool,
+    provider: std::sync::Arc<dyn onyx_core::ep::ExecutionProvider>,
+}
+
+impl SessionRuntime {
+    /// Opens `device`; `strict` forbids falling back to the CPU, per device or per node.
+    ///
+    /// # Errors
+    /// [`Error::BadDevice`] or, in strict mode, [`Error::DeviceUnavailable`].
+    pub fn new(device: &str, strict: bool) -> crate::Result<Self> {
+        let requested: crate::Device = device.parse()?;
+        let resolved = crate::device::resolve(requested, strict, onyx_cpu::CpuOptions::default())?;
+        Ok(SessionRuntime { device: device.to_string(), strict, provider: resolved.provider })
+    }
 }
 
 /// True when an error chain says "not implemented" rather than "went wrong".
@@ -66,7 +78,7 @@ impl Runtime for SessionRuntime {
         inputs: Vec<(String, Value)>,
     ) -> Result<Vec<(String, Value)>, RunFailure> {
         let session = Session::builder()
-            .with_device(&self.device)
+            .with_provider(self.provider.clone())
             .with_strict(self.strict)
             .commit_from_file(model)
             .map_err(failure)?;

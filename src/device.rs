@@ -63,7 +63,26 @@ pub struct Resolved {
 
 /// Which backends this build of Onyx contains.
 pub fn compiled_backends() -> Vec<&'static str> {
-    vec!["cpu"]
+    let mut v = vec!["cpu"];
+    if cfg!(feature = "wgpu") {
+        v.push("wgpu");
+    }
+    v
+}
+
+/// Opens a wgpu adapter, or says why not.
+#[cfg(feature = "wgpu")]
+fn open_wgpu(ordinal: Option<u32>) -> Result<Arc<dyn ExecutionProvider>, String> {
+    let p = onyx_wgpu::WgpuProvider::new_blocking(onyx_wgpu::WgpuOptions { adapter: ordinal })
+        .map_err(|e| e.to_string())?;
+    let a = p.adapter();
+    log::info!("wgpu adapter: {} ({}, {})", a.name, a.backend, a.device_type);
+    Ok(Arc::new(p))
+}
+
+#[cfg(not(feature = "wgpu"))]
+fn open_wgpu(_: Option<u32>) -> Result<Arc<dyn ExecutionProvider>, String> {
+    Err("this build of Onyx has no wgpu backend (build with --features wgpu)".into())
 }
 
 /// Resolves a device request to a provider. An unavailable device falls back to
@@ -74,7 +93,10 @@ pub fn compiled_backends() -> Vec<&'static str> {
 pub fn resolve(requested: Device, strict: bool, cpu: CpuOptions) -> Result<Resolved, Error> {
     let unavailable = match requested {
         Device::Cpu => None,
-        Device::Wgpu(_) => Some("this build of Onyx has no wgpu backend".to_string()),
+        Device::Wgpu(n) => match open_wgpu(n) {
+            Ok(provider) => return Ok(Resolved { requested, provider, fallback: None }),
+            Err(reason) => Some(reason),
+        },
         Device::Cuda(_) => {
             Some("this build of Onyx has no CUDA backend (build with --features cuda)".to_string())
         }

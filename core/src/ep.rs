@@ -203,6 +203,13 @@ pub trait ExecutionProvider: MaybeSendSync {
     /// Whatever the kernel reports (bad index values, device errors).
     fn launch(&self, kernel: KernelId, args: &Launch<'_>) -> Result<(), EpError>;
 
+    /// Whether a prepared kernel may write output 0 over an input it reads (in place).
+    /// GPUs cannot bind one buffer as both read-only and writable input, so their
+    /// kernels opt in one by one.
+    fn supports_in_place(&self, _kernel: KernelId) -> bool {
+        true
+    }
+
     /// Waits until all queued work has finished.
     fn synchronize(&self) -> BoxFuture<'_, Result<(), EpError>>;
 

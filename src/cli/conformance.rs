@@ -19,7 +19,8 @@ pub fn conformance(a: ConformanceArgs) -> Result<ExitCode> {
     let filter = a.filter.as_deref().map(Regex::new).transpose().context("--filter")?;
     let cases =
         discover(&dir, filter.as_ref()).with_context(|| format!("reading {}", dir.display()))?;
-    let rt = SessionRuntime { device: a.backend.clone(), strict: a.no_fallback };
+    let rt = SessionRuntime::new(&a.backend, a.no_fallback)
+        .with_context(|| format!("opening {}", a.backend))?;
     let started = std::time::Instant::now();
     let report = run_suite(&rt, &cases);
     let c = report.counts();

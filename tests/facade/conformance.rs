@@ -11,7 +11,7 @@ use onyx_conformance::{check_manifest, discover, ensure_node_suite, read_manifes
 fn the_cpu_backend_passes_every_case_in_its_manifest() {
     let dir = ensure_node_suite().unwrap_or_else(|e| panic!("{e}"));
     let cases = discover(&dir, None).unwrap();
-    let report = run_suite(&SessionRuntime { device: "cpu".into(), strict: true }, &cases);
+    let report = run_suite(&SessionRuntime::new("cpu", true).unwrap(), &cases);
     let out = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/conformance");
     report.write(&out).unwrap();
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/manifests/node-cpu.txt");

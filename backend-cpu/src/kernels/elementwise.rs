@@ -271,12 +271,15 @@ fn clip<T: AsF64 + PartialOrd + bytemuck::Pod + Send + Sync>(
         if let Some(a) = attr {
             return Ok(Some(T::from_f64(a as f64)));
         }
-        match io.input_view(i) {
-            None => Ok(None),
-            Some(v) if v.numel() == 1 => Ok(Some(io.input::<T>(i)?[0])),
-            Some(v) => {
-                Err(EpError::Kernel(format!("Clip bound {i} must be a scalar, got {:?}", v.shape)))
-            }
+        if !io.present(i) {
+            return Ok(None);
+        }
+        match io.floats(i)?.as_slice() {
+            [v] => Ok(Some(T::from_f64(*v))),
+            other => Err(EpError::Kernel(format!(
+                "Clip bound {i} must be a scalar, got {} values",
+                other.len()
+            ))),
         }
     };
     let lo = bound(1, attr_min)?;

@@ -344,7 +344,10 @@ impl<'a> Exec<'a> {
                         continue;
                     };
                     let (dtype, dims, bytes) = concrete(node, &out_facts, i)?;
-                    let reuse = if i == 0 && self.release {
+                    let reuse = if i == 0
+                        && self.release
+                        && self.providers[step.provider].supports_in_place(*kernel)
+                    {
                         self.in_place(cg, frame, s, bytes)
                     } else {
                         None

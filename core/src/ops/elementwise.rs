@@ -300,6 +300,11 @@ impl Op for Clip {
         Ok(vec![inputs.get(0)?.with_dtype(inputs.get(0)?.dtype)])
     }
 
+    /// The bounds are scalars every backend reads on the host.
+    fn value_inputs(&self) -> Vec<usize> {
+        if self.min.is_none() { vec![1, 2] } else { vec![] }
+    }
+
     fn in_place(&self) -> Vec<usize> {
         vec![0]
     }

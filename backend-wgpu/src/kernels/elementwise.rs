@@ -1,0 +1,509 @@
+//! Elementwise kernels: unary, binary with broadcasting, variadic, Clip, Where, Cast.
+
+use onyx_core::dtype::DType;
+use onyx_core::ep::{EpError, KernelSpec};
+use onyx_core::ops::elementwise::{
+    BINARY_OPS, Binary, BinaryKind, Clip, UNARY_OPS, Unary, UnaryKind, Variadic, VariadicKind,
+};
+use onyx_shaders::Shader;
+
+use super::{
+    Bind, Dispatch, GpuKernel, Grid, Io, Registry, broadcast_strides, in_dtype, is_float, is_int,
+    op, out_dtype, pad8, unsupported, width, words,
+};
+
+fn onnx(d: DType) -> f64 {
+    d.to_onnx() as f64
+}
+
+/// The unary_float op number and its parameters (alpha, beta, gamma).
+fn float_unary(kind: UnaryKind) -> Option<(u32, [f32; 3])> {
+    use UnaryKind::*;
+    let z = [0.0; 3];
+    Some(match kind {
+        Abs => (0, z),
+        Neg => (1, z),
+        Exp => (2, z),
+        Log => (3, z),
+        Sqrt => (4, z),
+        Reciprocal => (5, z),
+        Floor => (6, z),
+        Ceil => (7, z),
+        Round => (8, z),
+        Sign => (9, z),
+        Sin => (10, z),
+        Cos => (11, z),
+        Tan => (12, z),
+        Asin => (13, z),
+        Acos => (14, z),
+        Atan => (15, z),
+        Sinh => (16, z),
+        Cosh => (17, z),
+        Asinh => (18, z),
+        Acosh => (19, z),
+        Atanh => (20, z),
+        Relu => (21, z),
+        Sigmoid => (22, z),
+        Tanh => (23, z),
+        Erf => (24, z),
+        Softplus => (25, z),
+        Softsign => (26, z),
+        LeakyRelu { alpha } => (27, [alpha, 0.0, 0.0]),
+        Elu { alpha } => (28, [alpha, 0.0, 0.0]),
+        Selu { alpha, gamma } => (29, [alpha, 0.0, gamma]),
+        HardSigmoid { alpha, beta } => (30, [alpha, beta, 0.0]),
+        HardSwish => (31, z),
+        Celu { alpha } => (32, [alpha, 0.0, 0.0]),
+        ThresholdedRelu { alpha } => (33, [alpha, 0.0, 0.0]),
+        Mish => (34, z),
+        Gelu { tanh_approximation: false } => (35, z),
+        Gelu { tanh_approximation: true } => (36, z),
+        Shrink { bias, lambd } => (37, [bias, lambd, 0.0]),
+        IsNaN => (100, z),
+        IsInf { detect_positive, detect_negative } => {
+            (101, [detect_positive as u8 as f32, detect_negative as u8 as f32, 0.0])
+        }
+        Not | BitwiseNot => return None,
+    })
+}
+
+/// The unary_int op number.
+fn int_unary(kind: UnaryKind, dtype: DType) -> Option<u32> {
+    let signed = dtype.is_signed_int();
+    Some(match kind {
+        UnaryKind::Abs => 0,
+        UnaryKind::Neg if signed => 1,
+        UnaryKind::Sign => 2,
+        UnaryKind::Relu if signed => 3,
+        UnaryKind::BitwiseNot if dtype != DType::Bool => 4,
+        UnaryKind::Not if dtype == DType::Bool => 5,
+        _ => return None,
+    })
+}
+
+struct UnaryKernel {
+    shader: Shader,
+    op: u32,
+    params: [f32; 3],
+    dt_in: DType,
+    dt_out: DType,
+}
+
+impl GpuKernel for UnaryKernel {
+    fn dispatches(&self, io: &Io<'_>) -> Result<Vec<Dispatch>, EpError> {
+        let n = io.output(0)?.numel();
+        let mut params = vec![super::u32_of(n)?];
+        params.extend(self.params.iter().map(|f| f.to_bits()));
+        if self.shader == Shader::UnaryFloat && io.aliased(0) {
+            let mut d = Dispatch::new(self.shader, params, &[], Grid::Invocations(n as u64))
+                .with("OP", self.op);
+            d.entry = "main_inplace";
+            d.binds = vec![(2, Bind::Out(0))];
+            return Ok(vec![d.with("DT_IN", onnx(self.dt_in)).with("DT_OUT", onnx(self.dt_out))]);
+        }
+        let d = Dispatch::new(
+            self.shader,
+            params,
+            &[Bind::In(0), Bind::Out(0)],
+            Grid::Invocations(words(self.dt_out, n)),
+        )
+        .with("OP", self.op);
+        Ok(vec![if self.shader == Shader::UnaryFloat {
+            d.with("DT_IN", onnx(self.dt_in)).with("DT_OUT", onnx(self.dt_out))
+        } else {
+            d.with("DT", onnx(self.dt_in))
+        }])
+    }
+
+    fn in_place(&self) -> bool {
+        self.shader == Shader::UnaryFloat && self.dt_in == DType::F32 && self.dt_out == DType::F32
+    }
+}
+
+fn build_unary(spec: &KernelSpec<'_>) -> Result<Box<dyn GpuKernel>, EpError> {
+    let kind = op::<Unary>(spec)?.kind;
+    let dt_in = in_dtype(spec, 0)?;
+    let dt_out = out_dtype(spec, 0)?;
+    if is_float(dt_in) {
+        let (op, params) =
+            float_unary(kind).ok_or_else(|| unsupported(&spec.node.op_type, dt_in))?;
+        return Ok(Box::new(UnaryKernel { shader: Shader::UnaryFloat, op, params, dt_in, dt_out }));
+    }
+    if is_int(dt_in) {
+        let op = int_unary(kind, dt_in).ok_or_else(|| unsupported(&spec.node.op_type, dt_in))?;
+        return Ok(Box::new(UnaryKernel {
+            shader: Shader::UnaryInt,
+            op,
+            params: [0.0; 3],
+            dt_in,
+            dt_out,
+        }));
+    }
+    Err(unsupported(&spec.node.op_type, dt_in))
+}
+
+/// Clip with bounds from attributes or from value inputs 1 and 2.
+struct ClipKernel {
+    attr: (Option<f32>, Option<f32>),
+    dtype: DType,
+}
+
+impl GpuKernel for ClipKernel {
+    fn dispatches(&self, io: &Io<'_>) -> Result<Vec<Dispatch>, EpError> {
+        let bound = |i: usize, attr: Option<f32>, default: f32| -> Result<f32, EpError> {
+            if let Some(a) = attr {
+                return Ok(a);
+            }
+            if io.has_value(i) {
+                return io
+                    .floats(i)?
+                    .first()
+                    .map(|v| *v as f32)
+                    .ok_or_else(|| EpError::Kernel("empty Clip bound".into()));
+            }
+            Ok(default)
+        };
+        let lo = bound(1, self.attr.0, f32::MIN)?;
+        let hi = bound(2, self.attr.1, f32::MAX)?;
+        UnaryKernel {
+            shader: Shader::UnaryFloat,
+            op: 38,
+            params: [lo, hi, 0.0],
+            dt_in: self.dtype,
+            dt_out: self.dtype,
+        }
+        .dispatches(io)
+    }
+
+    fn in_place(&self) -> bool {
+        self.dtype == DType::F32
+    }
+}
+
+fn build_clip(spec: &KernelSpec<'_>) -> Result<Box<dyn GpuKernel>, EpError> {
+    let c = op::<Clip>(spec)?;
+    let dtype = in_dtype(spec, 0)?;
+    if !is_float(dtype) {
+        return Err(unsupported("Clip", dtype));
+    }
+    Ok(Box::new(ClipKernel { attr: (c.min, c.max), dtype }))
+}
+
+fn float_binary(kind: BinaryKind) -> Option<u32> {
+    use BinaryKind::*;
+    Some(match kind {
+        Add => 0,
+        Sub => 1,
+        Mul => 2,
+        Div => 3,
+        Pow => 4,
+        Mod { .. } => 5,
+        PRelu => 6,
+        Equal => 100,
+        Less => 101,
+        Greater => 102,
+        LessOrEqual => 103,
+        GreaterOrEqual => 104,
+        _ => return None,
+    })
+}
+
+fn int_binary(kind: BinaryKind, dtype: DType) -> Option<u32> {
+    use BinaryKind::*;
+    let int = dtype != DType::Bool;
+    Some(match kind {
+        Add if int => 0,
+        Sub if int => 1,
+        Mul if int => 2,
+        Div if int => 3,
+        Mod { fmod: true } if int => 5,
+        Mod { fmod: false } if int => 9,
+        PRelu if int => 6,
+        BitShiftLeft if int => 10,
+        BitShiftRight if int => 11,
+        BitwiseAnd if int => 12,
+        BitwiseOr if int => 13,
+        BitwiseXor if int => 14,
+        And if !int => 20,
+        Or if !int => 21,
+        Xor if !int => 22,
+        Equal => 100,
+        Less if int => 101,
+        Greater if int => 102,
+        LessOrEqual if int => 103,
+        GreaterOrEqual if int => 104,
+        _ => return None,
+    })
+}
+
+/// A broadcasting binary op (also each step of a variadic one).
+struct BinaryKernel {
+    shader: Shader,
+    op: u32,
+    dt_in: DType,
+    dt_out: DType,
+}
+
+impl BinaryKernel {
+    fn dispatch(
+        &self,
+        out: &[usize],
+        a: (&[usize], Bind),
+        b: (&[usize], Bind),
+    ) -> Result<Dispatch, EpError> {
+        let n: usize = out.iter().product();
+        let mut params = vec![super::u32_of(n)?, super::u32_of(out.len())?];
+        params.extend(pad8(out)?);
+        params.extend(pad8(&broadcast_strides(a.0, out))?);
+        params.extend(pad8(&broadcast_strides(b.0, out))?);
+        params.push(super::u32_of(a.0.iter().product())?);
+        let same = a.0 == out && b.0 == out;
+        let mut d = Dispatch::new(
+            self.shader,
+            params,
+            &[a.1, b.1, Bind::Out(0)],
+            Grid::Invocations(words(self.dt_out, n)),
+        )
+        .with("OP", self.op)
+        .with("DT_IN", onnx(self.dt_in))
+        .with("DT_OUT", onnx(self.dt_out));
+        if self.shader == Shader::BinaryFloat {
+            d = d.with("SAME_SHAPE", same as u8 as f64);
+            // In place over a or b: the output buffer stands for that operand.
+            if a.1 == Bind::Out(0) {
+                d.entry = "main_a";
+                d.binds = vec![(2, b.1), (3, Bind::Out(0))];
+                d.grid = Grid::Invocations(n as u64);
+            } else if b.1 == Bind::Out(0) {
+                d.entry = "main_b";
+                d.binds = vec![(1, a.1), (3, Bind::Out(0))];
+                d.grid = Grid::Invocations(n as u64);
+            }
+        }
+        Ok(d)
+    }
+
+    fn f32_in_place(&self) -> bool {
+        self.shader == Shader::BinaryFloat && self.dt_in == DType::F32 && self.dt_out == DType::F32
+    }
+}
+
+impl GpuKernel for BinaryKernel {
+    fn dispatches(&self, io: &Io<'_>) -> Result<Vec<Dispatch>, EpError> {
+        let (a, b, y) = (io.input(0)?, io.input(1)?, io.output(0)?);
+        let bind = |i| if io.aliased(i) { Bind::Out(0) } else { Bind::In(i) };
+        Ok(vec![self.dispatch(&y.shape, (&a.shape, bind(0)), (&b.shape, bind(1)))?])
+    }
+
+    fn in_place(&self) -> bool {
+        self.f32_in_place()
+    }
+}
+
+fn build_binary(spec: &KernelSpec<'_>) -> Result<Box<dyn GpuKernel>, EpError> {
+    let kind = op::<Binary>(spec)?.kind;
+    let dt_in = in_dtype(spec, 0)?;
+    let dt_out = out_dtype(spec, 0)?;
+    if in_dtype(spec, 1)? != dt_in {
+        return Err(EpError::Unsupported(format!(
+            "{} with mixed dtypes on wgpu",
+            spec.node.op_type
+        )));
+    }
+    if is_float(dt_in) {
+        let op = float_binary(kind).ok_or_else(|| unsupported(&spec.node.op_type, dt_in))?;
+        return Ok(Box::new(BinaryKernel { shader: Shader::BinaryFloat, op, dt_in, dt_out }));
+    }
+    if is_int(dt_in) {
+        let op = int_binary(kind, dt_in).ok_or_else(|| unsupported(&spec.node.op_type, dt_in))?;
+        return Ok(Box::new(BinaryKernel { shader: Shader::BinaryInt, op, dt_in, dt_out }));
+    }
+    Err(unsupported(&spec.node.op_type, dt_in))
+}
+
+/// Max / Min / Sum over several inputs: out = in0 op in1, then out = out op in_k (in place).
+/// Mean is Sum then a scale by 1/n.
+struct VariadicKernel {
+    step: BinaryKernel,
+    mean: bool,
+}
+
+impl GpuKernel for VariadicKernel {
+    fn dispatches(&self, io: &Io<'_>) -> Result<Vec<Dispatch>, EpError> {
+        let y = io.output(0)?;
+        let present: Vec<usize> = (0..io.inputs.len()).filter(|&i| io.has_input(i)).collect();
+        let mut out = Vec::new();
+        match present.as_slice() {
+            [] => return Err(EpError::Kernel("no inputs".into())),
+            [only] => {
+                // One input: Max(x, x) is a broadcast copy that keeps -0.0 and NaN.
+                let a = io.input(*only)?;
+                let copy = BinaryKernel {
+                    shader: Shader::BinaryFloat,
+                    op: 7,
+                    dt_in: DType::F32,
+                    dt_out: DType::F32,
+                };
+                out.push(copy.dispatch(
+                    &y.shape,
+                    (&a.shape, Bind::In(*only)),
+                    (&a.shape, Bind::In(*only)),
+                )?);
+            }
+            [first, rest @ ..] => {
+                let a = io.input(*first)?;
+                let b = io.input(rest[0])?;
+                out.push(self.step.dispatch(
+                    &y.shape,
+                    (&a.shape, Bind::In(*first)),
+                    (&b.shape, Bind::In(rest[0])),
+                )?);
+                for &i in &rest[1..] {
+                    let c = io.input(i)?;
+                    out.push(self.step.dispatch(
+                        &y.shape,
+                        (&y.shape, Bind::Out(0)),
+                        (&c.shape, Bind::In(i)),
+                    )?);
+                }
+            }
+        }
+        if self.mean {
+            let n = y.numel();
+            let scale = 1.0 / present.len() as f32;
+            let mut d = Dispatch::new(
+                Shader::UnaryFloat,
+                vec![super::u32_of(n)?, scale.to_bits(), 0, 0],
+                &[],
+                Grid::Invocations(n as u64),
+            )
+            .with("OP", 39.0)
+            .with("DT_IN", 1.0)
+            .with("DT_OUT", 1.0);
+            d.entry = "main_inplace";
+            d.binds = vec![(2, Bind::Out(0))];
+            out.push(d);
+        }
+        Ok(out)
+    }
+}
+
+fn build_variadic(spec: &KernelSpec<'_>) -> Result<Box<dyn GpuKernel>, EpError> {
+    let kind = op::<Variadic>(spec)?.kind;
+    let dtype = out_dtype(spec, 0)?;
+    let arity = spec.node.inputs.iter().flatten().count();
+    if spec.input_dtypes.iter().flatten().any(|d| *d != dtype) {
+        return Err(unsupported(&spec.node.op_type, dtype));
+    }
+    // Steps after the first run in place over the output, which only f32 has;
+    // two inputs are a single dispatch of any dtype.
+    let (shader, op) = match (kind, dtype) {
+        (VariadicKind::Max, d) if d == DType::F32 || (arity <= 2 && is_float(d)) => {
+            (Shader::BinaryFloat, 7)
+        }
+        (VariadicKind::Min, d) if d == DType::F32 || (arity <= 2 && is_float(d)) => {
+            (Shader::BinaryFloat, 8)
+        }
+        (VariadicKind::Sum | VariadicKind::Mean, DType::F32) => (Shader::BinaryFloat, 0),
+        (VariadicKind::Sum, d) if arity == 2 && is_float(d) => (Shader::BinaryFloat, 0),
+        (VariadicKind::Max, d) if arity == 2 && is_int(d) && d != DType::Bool => {
+            (Shader::BinaryInt, 7)
+        }
+        (VariadicKind::Min, d) if arity == 2 && is_int(d) && d != DType::Bool => {
+            (Shader::BinaryInt, 8)
+        }
+        (VariadicKind::Sum, d) if arity == 2 && is_int(d) && d != DType::Bool => {
+            (Shader::BinaryInt, 0)
+        }
+        _ => return Err(unsupported(&spec.node.op_type, dtype)),
+    };
+    if arity < 2 && dtype != DType::F32 {
+        return Err(unsupported(&spec.node.op_type, dtype));
+    }
+    Ok(Box::new(VariadicKernel {
+        step: BinaryKernel { shader, op, dt_in: dtype, dt_out: dtype },
+        mean: kind == VariadicKind::Mean,
+    }))
+}
+
+struct WhereKernel {
+    width: u32,
+}
+
+impl GpuKernel for WhereKernel {
+    fn dispatches(&self, io: &Io<'_>) -> Result<Vec<Dispatch>, EpError> {
+        let (c, x, z, y) = (io.input(0)?, io.input(1)?, io.input(2)?, io.output(0)?);
+        let n = y.numel();
+        let mut params = vec![super::u32_of(n)?, super::u32_of(y.shape.len())?];
+        params.extend(pad8(&y.shape)?);
+        for t in [c, x, z] {
+            params.extend(pad8(&broadcast_strides(&t.shape, &y.shape))?);
+        }
+        Ok(vec![
+            Dispatch::new(
+                Shader::Where,
+                params,
+                &[Bind::In(0), Bind::In(1), Bind::In(2), Bind::Out(0)],
+                Grid::Invocations(words(y.dtype, n)),
+            )
+            .with("W", self.width),
+        ])
+    }
+}
+
+fn build_where(spec: &KernelSpec<'_>) -> Result<Box<dyn GpuKernel>, EpError> {
+    let dtype = in_dtype(spec, 1)?;
+    let width = width(dtype).ok_or_else(|| unsupported("Where", dtype))?;
+    Ok(Box::new(WhereKernel { width }))
+}
+
+struct CastKernel {
+    from: DType,
+    to: DType,
+}
+
+impl GpuKernel for CastKernel {
+    fn dispatches(&self, io: &Io<'_>) -> Result<Vec<Dispatch>, EpError> {
+        let n = io.output(0)?.numel();
+        Ok(vec![
+            Dispatch::new(
+                Shader::Cast,
+                vec![super::u32_of(n)?],
+                &[Bind::In(0), Bind::Out(0)],
+                Grid::Invocations(words(self.to, n)),
+            )
+            .with("DT_IN", onnx(self.from))
+            .with("DT_OUT", onnx(self.to)),
+        ])
+    }
+}
+
+fn build_cast(spec: &KernelSpec<'_>) -> Result<Box<dyn GpuKernel>, EpError> {
+    let from = in_dtype(spec, 0)?;
+    let to = out_dtype(spec, 0)?;
+    for d in [from, to] {
+        if !(is_float(d) || is_int(d)) {
+            return Err(EpError::Unsupported(format!(
+                "Cast from {from} to {to} is not implemented on wgpu"
+            )));
+        }
+    }
+    Ok(Box::new(CastKernel { from, to }))
+}
+
+/// Registers the elementwise kernels.
+pub(crate) fn register_all(r: &mut Registry) {
+    for op in UNARY_OPS {
+        r.register(op, build_unary);
+    }
+    for op in BINARY_OPS {
+        r.register(op, build_binary);
+    }
+    for op in ["Max", "Min", "Sum", "Mean"] {
+        r.register(op, build_variadic);
+    }
+    r.register("Clip", build_clip);
+    r.register("Where", build_where);
+    r.register("Cast", build_cast);
+    r.register("CastLike", build_cast);
+}

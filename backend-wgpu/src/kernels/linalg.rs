@@ -1,0 +1,286 @@
+//! Matrix products (MatMul, Gemm), convolution and pooling (f32).
+
+use onyx_core::dtype::DType;
+use onyx_core::ep::{EpError, KernelSpec};
+use onyx_core::ops::conv::{Conv, Pool, PoolKind};
+use onyx_core::ops::linalg::Gemm;
+use onyx_core::shape::Dim;
+use onyx_shaders::Shader;
+
+use super::{Bind, Dispatch, GpuKernel, Grid, Io, Registry, in_dtype, op, u32_of, unsupported};
+
+const TILE: usize = 64;
+
+/// Batch dims of a matmul output, with A's and B's strides along them.
+struct Batch {
+    dims: Vec<usize>,
+    a: Vec<usize>,
+    b: Vec<usize>,
+}
+
+/// Batch dims (≤ 4) of a numpy matmul, with the strides of A and B per batch dim.
+fn batch_layout(a: &[usize], b: &[usize], m: usize, n: usize, k: usize) -> Result<Batch, EpError> {
+    let ba = &a[..a.len().saturating_sub(2)];
+    let bb = &b[..b.len().saturating_sub(2)];
+    let rank = ba.len().max(bb.len());
+    if rank > 4 {
+        return Err(EpError::Unsupported(format!("MatMul with {rank} batch dims on wgpu")));
+    }
+    let pad = |s: &[usize]| {
+        let mut v = vec![1; rank - s.len()];
+        v.extend_from_slice(s);
+        v
+    };
+    let (pa, pb) = (pad(ba), pad(bb));
+    let out: Vec<usize> = pa.iter().zip(&pb).map(|(&x, &y)| x.max(y)).collect();
+    let strides = |dims: &[usize], matrix: usize| {
+        let mut s = vec![0; rank];
+        let mut acc = matrix;
+        for d in (0..rank).rev() {
+            s[d] = if dims[d] == 1 && out[d] != 1 { 0 } else { acc };
+            acc *= dims[d];
+        }
+        s
+    };
+    let sa = strides(&pa, m * k);
+    let sb = strides(&pb, k * n);
+    Ok(Batch { dims: out, a: sa, b: sb })
+}
+
+fn pad4(v: &[usize]) -> Result<[u32; 4], EpError> {
+    let mut out = [0u32; 4];
+    for (o, &x) in out.iter_mut().zip(v) {
+        *o = u32_of(x)?;
+    }
+    Ok(out)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn matmul(
+    m: usize,
+    n: usize,
+    k: usize,
+    batch: &[usize],
+    sa: &[usize],
+    sb: &[usize],
+    alpha: f32,
+    beta: f32,
+    c: Option<(usize, usize)>,
+    trans: (bool, bool),
+) -> Result<Dispatch, EpError> {
+    let batches: usize = batch.iter().product();
+    let tiles_n = n.div_ceil(TILE);
+    let groups = batches * m.div_ceil(TILE) * tiles_n;
+    let mut params =
+        vec![u32_of(m)?, u32_of(n)?, u32_of(k)?, u32_of(batches)?, u32_of(batch.len())?];
+    params.extend(pad4(batch)?);
+    params.extend(pad4(sa)?);
+    params.extend(pad4(sb)?);
+    params.extend([alpha.to_bits(), beta.to_bits()]);
+    let (cr, cc) = c.unwrap_or((0, 0));
+    params.extend([u32_of(cr)?, u32_of(cc)?, u32_of(tiles_n)?]);
+    let c_bind = if c.is_some() { Bind::In(2) } else { Bind::In(0) };
+    let d = Dispatch::new(
+        Shader::MatMul,
+        params,
+        &[Bind::In(0), Bind::In(1), c_bind, Bind::Out(0)],
+        Grid::Workgroups(groups as u64),
+    )
+    .with("TRANS_A", trans.0 as u8 as f64)
+    .with("TRANS_B", trans.1 as u8 as f64)
+    .with("HAS_C", c.is_some() as u8 as f64);
+    // Without C, binding 3 still exists in the layout: A stands in, never read.
+    Ok(d)
+}
+
+struct MatMulKernel;
+
+impl GpuKernel for MatMulKernel {
+    fn dispatches(&self, io: &Io<'_>) -> Result<Vec<Dispatch>, EpError> {
+        let (a, b, y) = (io.input(0)?, io.input(1)?, io.output(0)?);
+        if y.numel() == 0 {
+            return Ok(vec![]);
+        }
+        let mut da = a.shape.clone();
+        let mut db = b.shape.clone();
+        if da.len() == 1 {
+            da.insert(0, 1);
+        }
+        if db.len() == 1 {
+            db.push(1);
+        }
+        let (m, k, n) = (da[da.len() - 2], da[da.len() - 1], db[db.len() - 1]);
+        let batch = batch_layout(&da, &db, m, n, k)?;
+        Ok(vec![matmul(m, n, k, &batch.dims, &batch.a, &batch.b, 1.0, 0.0, None, (false, false))?])
+    }
+}
+
+struct GemmKernel {
+    op: Gemm,
+}
+
+impl GpuKernel for GemmKernel {
+    fn dispatches(&self, io: &Io<'_>) -> Result<Vec<Dispatch>, EpError> {
+        let (a, b, y) = (io.input(0)?, io.input(1)?, io.output(0)?);
+        let g = &self.op;
+        let (m, k) = if g.trans_a { (a.shape[1], a.shape[0]) } else { (a.shape[0], a.shape[1]) };
+        let n = if g.trans_b { b.shape[0] } else { b.shape[1] };
+        if y.numel() == 0 {
+            return Ok(vec![]);
+        }
+        // C broadcasts to [M, N]: a row stride and a column stride, 0 where broadcast.
+        let c = if io.has_input(2) && g.beta != 0.0 {
+            let cs = &io.input(2)?.shape;
+            let dims: Vec<usize> = match cs.len() {
+                0 => vec![1, 1],
+                1 => vec![1, cs[0]],
+                _ => cs.clone(),
+            };
+            let row = if dims[0] == 1 { 0 } else { dims[1] };
+            let col = if dims[1] == 1 { 0 } else { 1 };
+            Some((row, col))
+        } else {
+            None
+        };
+        Ok(vec![matmul(m, n, k, &[], &[], &[], g.alpha, g.beta, c, (g.trans_a, g.trans_b))?])
+    }
+}
+
+struct ConvKernel {
+    op: Conv,
+}
+
+/// Pads spatial values to 3 with `fill` in front (1-d and 2-d become 3-d).
+fn front3(v: &[usize], fill: usize) -> Result<[u32; 3], EpError> {
+    if v.len() > 3 {
+        return Err(EpError::Unsupported(format!("{}-d convolution on wgpu", v.len())));
+    }
+    let mut out = [fill as u32; 3];
+    let off = 3 - v.len();
+    for (i, &x) in v.iter().enumerate() {
+        out[off + i] = u32_of(x)?;
+    }
+    Ok(out)
+}
+
+impl GpuKernel for ConvKernel {
+    fn dispatches(&self, io: &Io<'_>) -> Result<Vec<Dispatch>, EpError> {
+        let (x, w, y) = (io.input(0)?, io.input(1)?, io.output(0)?);
+        let dims: Vec<Dim> = w.shape.iter().map(|&d| Dim::Known(d)).collect();
+        let kernel = self
+            .op
+            .kernel(Some(&dims))
+            .map_err(|e| EpError::Kernel(e.to_string()))?
+            .ok_or_else(|| EpError::Kernel("unknown kernel shape".into()))?;
+        let geo = self
+            .op
+            .window
+            .geometry(&x.shape[2..], &kernel)
+            .map_err(|e| EpError::Kernel(e.to_string()))?;
+        let n = y.numel();
+        if n == 0 {
+            return Ok(vec![]);
+        }
+        let mut params = vec![
+            u32_of(n)?,
+            u32_of(x.shape[0])?,
+            u32_of(x.shape[1])?,
+            u32_of(w.shape[0])?,
+            u32_of(self.op.group)?,
+        ];
+        params.extend(front3(&x.shape[2..], 1)?);
+        params.extend(front3(&kernel, 1)?);
+        params.extend(front3(&geo.output, 1)?);
+        params.extend(front3(&geo.strides, 1)?);
+        params.extend(front3(&geo.pads_begin, 0)?);
+        params.extend(front3(&geo.dilations, 1)?);
+        let bias = io.has_input(2);
+        let b = if bias { Bind::In(2) } else { Bind::In(1) };
+        Ok(vec![
+            Dispatch::new(
+                Shader::Conv,
+                params,
+                &[Bind::In(0), Bind::In(1), b, Bind::Out(0)],
+                Grid::Invocations(n as u64),
+            )
+            .with("HAS_BIAS", bias as u8 as f64),
+        ])
+    }
+}
+
+struct PoolKernel {
+    op: Pool,
+}
+
+impl GpuKernel for PoolKernel {
+    fn dispatches(&self, io: &Io<'_>) -> Result<Vec<Dispatch>, EpError> {
+        let (x, y) = (io.input(0)?, io.output(0)?);
+        let geo = self
+            .op
+            .window
+            .geometry(&x.shape[2..], self.op.kernel())
+            .map_err(|e| EpError::Kernel(e.to_string()))?;
+        let n = y.numel();
+        if n == 0 {
+            return Ok(vec![]);
+        }
+        let mut params = vec![u32_of(n)?];
+        params.extend(front3(&x.shape[2..], 1)?);
+        params.extend(front3(&geo.kernel, 1)?);
+        params.extend(front3(&geo.output, 1)?);
+        params.extend(front3(&geo.strides, 1)?);
+        params.extend(front3(&geo.pads_begin, 0)?);
+        params.extend(front3(&geo.dilations, 1)?);
+        params.extend(front3(&geo.pads_end, 0)?);
+        let (code, include_pad) = match self.op.kind {
+            PoolKind::Max => (0, false),
+            PoolKind::Average { count_include_pad } => (1, count_include_pad),
+        };
+        params.extend([include_pad as u32, (self.op.storage_order == 1) as u32]);
+        let indices = io.has_output(1);
+        let idx = if indices { Bind::Out(1) } else { Bind::Dummy };
+        Ok(vec![
+            Dispatch::new(
+                Shader::Pool,
+                params,
+                &[Bind::In(0), Bind::Out(0), idx],
+                Grid::Invocations(n as u64),
+            )
+            .with("OP", code as f64)
+            .with("INDICES", indices as u8 as f64),
+        ])
+    }
+}
+
+fn f32_inputs(s: &KernelSpec<'_>) -> Result<(), EpError> {
+    for d in s.input_dtypes.iter().flatten() {
+        if *d != DType::F32 {
+            return Err(unsupported(&s.node.op_type, *d));
+        }
+    }
+    Ok(())
+}
+
+/// Registers MatMul, Gemm, Conv and the window pools.
+pub(crate) fn register_all(r: &mut Registry) {
+    r.register("MatMul", |s| {
+        f32_inputs(s)?;
+        Ok(Box::new(MatMulKernel))
+    });
+    r.register("Gemm", |s| {
+        f32_inputs(s)?;
+        Ok(Box::new(GemmKernel { op: op::<Gemm>(s)?.clone() }))
+    });
+    r.register("Conv", |s| {
+        f32_inputs(s)?;
+        Ok(Box::new(ConvKernel { op: op::<Conv>(s)?.clone() }))
+    });
+    for name in ["MaxPool", "AveragePool"] {
+        r.register(name, |s| {
+            if in_dtype(s, 0)? != DType::F32 {
+                return Err(unsupported(&s.node.op_type, in_dtype(s, 0)?));
+            }
+            Ok(Box::new(PoolKernel { op: op::<Pool>(s)?.clone() }))
+        });
+    }
+}

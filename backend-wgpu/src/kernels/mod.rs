@@ -1,0 +1,301 @@
+//! GPU kernels: each turns a launch into one or more dispatches of a WGSL
+//! shader (pipeline overrides, a params block of u32 words, bindings and a
+//! grid). The provider records them into its command encoder.
+
+mod elementwise;
+mod generate;
+mod linalg;
+mod movement;
+mod nn;
+mod reduce;
+
+use std::collections::HashMap;
+
+use onyx_core::dtype::DType;
+use onyx_core::ep::{EpError, KernelSpec, TensorArg};
+use onyx_core::tensor::Tensor;
+use onyx_shaders::Shader;
+
+/// What a binding slot is bound to.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Bind {
+    /// Input slot `i` of the launch.
+    In(usize),
+    /// Output slot `o` of the launch.
+    Out(usize),
+    /// A throwaway 4-byte buffer, for optional outputs nobody asked for.
+    Dummy,
+}
+
+/// How many workgroups a dispatch needs.
+#[derive(Copy, Clone, Debug)]
+pub(crate) enum Grid {
+    /// One invocation per item, `WG` invocations per workgroup.
+    Invocations(u64),
+    /// Exactly this many workgroups.
+    Workgroups(u64),
+}
+
+/// One dispatch of one shader.
+#[derive(Clone, Debug)]
+pub(crate) struct Dispatch {
+    pub shader: Shader,
+    pub entry: &'static str,
+    pub constants: Vec<(&'static str, f64)>,
+    pub params: Vec<u32>,
+    pub binds: Vec<(u32, Bind)>,
+    pub grid: Grid,
+}
+
+impl Dispatch {
+    /// A dispatch of `shader`'s `main` with these bindings (binding 0 is the params).
+    pub fn new(shader: Shader, params: Vec<u32>, binds: &[Bind], grid: Grid) -> Self {
+        Dispatch {
+            shader,
+            entry: "main",
+            constants: Vec::new(),
+            params,
+            binds: binds.iter().enumerate().map(|(i, b)| (i as u32 + 1, *b)).collect(),
+            grid,
+        }
+    }
+
+    /// Sets an override constant.
+    pub fn with(mut self, name: &'static str, value: impl Into<f64>) -> Self {
+        self.constants.push((name, value.into()));
+        self
+    }
+}
+
+/// The tensors of one launch, as a kernel sees them.
+pub(crate) struct Io<'a> {
+    pub inputs: &'a [Option<TensorArg>],
+    pub outputs: &'a [Option<TensorArg>],
+    pub values: &'a [Option<Tensor>],
+}
+
+impl Io<'_> {
+    pub fn input(&self, i: usize) -> Result<&TensorArg, EpError> {
+        self.inputs
+            .get(i)
+            .and_then(Option::as_ref)
+            .ok_or_else(|| EpError::Kernel(format!("input {i} is required")))
+    }
+
+    pub fn output(&self, o: usize) -> Result<&TensorArg, EpError> {
+        self.outputs
+            .get(o)
+            .and_then(Option::as_ref)
+            .ok_or_else(|| EpError::Kernel(format!("output {o} is not requested")))
+    }
+
+    pub fn has_output(&self, o: usize) -> bool {
+        self.outputs.get(o).is_some_and(Option::is_some)
+    }
+
+    /// A value input (shape argument) as i64s.
+    pub fn ints(&self, i: usize) -> Result<Vec<i64>, EpError> {
+        let t = self
+            .values
+            .get(i)
+            .and_then(Option::as_ref)
+            .ok_or_else(|| EpError::Kernel(format!("value input {i} missing")))?;
+        t.to_i64_vec().map_err(|e| EpError::Kernel(e.to_string()))
+    }
+
+    /// A value input as f64s.
+    pub fn floats(&self, i: usize) -> Result<Vec<f64>, EpError> {
+        let t = self
+            .values
+            .get(i)
+            .and_then(Option::as_ref)
+            .ok_or_else(|| EpError::Kernel(format!("value input {i} missing")))?;
+        t.to_f64_vec().map_err(|e| EpError::Kernel(e.to_string()))
+    }
+
+    /// Whether value input `i` was given.
+    pub fn has_value(&self, i: usize) -> bool {
+        self.values.get(i).is_some_and(Option::is_some)
+    }
+
+    /// Whether device input `i` was given.
+    pub fn has_input(&self, i: usize) -> bool {
+        self.inputs.get(i).is_some_and(Option::is_some)
+    }
+
+    /// Whether output 0 shares its buffer with input `i` (in place).
+    pub fn aliased(&self, i: usize) -> bool {
+        match (
+            self.inputs.get(i).and_then(Option::as_ref),
+            self.outputs.first().and_then(Option::as_ref),
+        ) {
+            (Some(a), Some(b)) => a.buffer == b.buffer,
+            _ => false,
+        }
+    }
+}
+
+/// A prepared GPU kernel.
+pub(crate) trait GpuKernel: Send + Sync {
+    /// The dispatches for one launch.
+    fn dispatches(&self, io: &Io<'_>) -> Result<Vec<Dispatch>, EpError>;
+
+    /// Whether output 0 may overwrite an input (the kernel has in-place entry points).
+    fn in_place(&self) -> bool {
+        false
+    }
+}
+
+/// Builds a kernel for a node.
+pub(crate) type Builder = fn(&KernelSpec<'_>) -> Result<Box<dyn GpuKernel>, EpError>;
+
+/// `(domain, op_type)` → builder.
+#[derive(Default)]
+pub(crate) struct Registry {
+    builders: HashMap<String, Builder>,
+}
+
+impl Registry {
+    pub fn standard() -> Self {
+        let mut r = Registry::default();
+        elementwise::register_all(&mut r);
+        movement::register_all(&mut r);
+        generate::register_all(&mut r);
+        reduce::register_all(&mut r);
+        nn::register_all(&mut r);
+        linalg::register_all(&mut r);
+        r
+    }
+
+    pub fn register(&mut self, op_type: &str, builder: Builder) {
+        self.builders.insert(op_type.to_string(), builder);
+    }
+
+    pub fn contains(&self, domain: &str, op_type: &str) -> bool {
+        domain == onyx_core::graph::DEFAULT_DOMAIN && self.builders.contains_key(op_type)
+    }
+
+    pub fn build(&self, spec: &KernelSpec<'_>) -> Result<Box<dyn GpuKernel>, EpError> {
+        let node = spec.node;
+        if node.domain != onyx_core::graph::DEFAULT_DOMAIN {
+            return Err(EpError::Unsupported(format!(
+                "no wgpu kernel for {}::{}",
+                node.domain, node.op_type
+            )));
+        }
+        let b = self
+            .builders
+            .get(&node.op_type)
+            .ok_or_else(|| EpError::Unsupported(format!("no wgpu kernel for {}", node.op_type)))?;
+        b(spec)
+    }
+}
+
+/// The dtype of input `i`.
+pub(crate) fn in_dtype(spec: &KernelSpec<'_>, i: usize) -> Result<DType, EpError> {
+    spec.input_dtypes
+        .get(i)
+        .copied()
+        .flatten()
+        .ok_or_else(|| EpError::Unsupported(format!("input {i} has no dtype")))
+}
+
+/// The dtype of output `o`.
+pub(crate) fn out_dtype(spec: &KernelSpec<'_>, o: usize) -> Result<DType, EpError> {
+    spec.output_dtypes
+        .get(o)
+        .copied()
+        .flatten()
+        .ok_or_else(|| EpError::Unsupported(format!("output {o} has no dtype")))
+}
+
+/// The parsed op.
+pub(crate) fn op<'a, T: onyx_core::ops::Op>(spec: &'a KernelSpec<'_>) -> Result<&'a T, EpError> {
+    onyx_core::ops::downcast::<T>(spec.op).ok_or_else(|| {
+        EpError::Unsupported(format!("unexpected op type for {}", spec.node.op_type))
+    })
+}
+
+pub(crate) fn unsupported(op: &str, dtype: DType) -> EpError {
+    EpError::Unsupported(format!("{op} on {dtype} is not implemented on wgpu"))
+}
+
+/// The float dtypes the shaders compute in f32.
+pub(crate) fn is_float(d: DType) -> bool {
+    matches!(d, DType::F32 | DType::F16 | DType::BF16)
+}
+
+/// The integer and bool dtypes the integer shaders handle (int64 emulated exactly).
+pub(crate) fn is_int(d: DType) -> bool {
+    matches!(
+        d,
+        DType::U8
+            | DType::I8
+            | DType::U16
+            | DType::I16
+            | DType::I32
+            | DType::U32
+            | DType::I64
+            | DType::U64
+            | DType::Bool
+    )
+}
+
+/// Bytes per element for the byte-aligned dtypes a shader can move.
+pub(crate) fn width(d: DType) -> Option<u32> {
+    (d.is_byte_aligned() && matches!(d.bits(), 8 | 16 | 32 | 64)).then(|| d.bits() as u32 / 8)
+}
+
+/// 32-bit words a tensor occupies, rounded up: the invocation count of word-owning shaders.
+pub(crate) fn words(dtype: DType, numel: usize) -> u64 {
+    (dtype.byte_size(numel).unwrap_or(0) as u64).div_ceil(4)
+}
+
+/// Row-major strides.
+pub(crate) fn strides(dims: &[usize]) -> Vec<usize> {
+    onyx_core::shape::strides(dims)
+}
+
+/// Broadcast strides of `input` against `out` (0 on broadcast dims), right-aligned.
+pub(crate) fn broadcast_strides(input: &[usize], out: &[usize]) -> Vec<usize> {
+    let s = strides(input);
+    let pad = out.len() - input.len();
+    (0..out.len())
+        .map(|d| if d < pad || input[d - pad] == 1 && out[d] != 1 { 0 } else { s[d - pad] })
+        .collect()
+}
+
+/// Pads a list to 8 entries (the shaders' maximum rank) as u32 words.
+///
+/// # Errors
+/// [`EpError::Unsupported`] for more than 8 dims or values beyond 32 bits.
+pub(crate) fn pad8(v: &[usize]) -> Result<[u32; 8], EpError> {
+    if v.len() > 8 {
+        return Err(EpError::Unsupported(format!("rank {} exceeds the GPU kernels' 8", v.len())));
+    }
+    let mut out = [0u32; 8];
+    for (o, &x) in out.iter_mut().zip(v) {
+        *o = u32::try_from(x)
+            .map_err(|_| EpError::Unsupported(format!("{x} exceeds 32-bit indexing")))?;
+    }
+    Ok(out)
+}
+
+/// Like [`pad8`] for signed strides (negative slice steps wrap in u32 arithmetic).
+pub(crate) fn pad8_signed(v: &[i64]) -> Result<[u32; 8], EpError> {
+    if v.len() > 8 {
+        return Err(EpError::Unsupported(format!("rank {} exceeds the GPU kernels' 8", v.len())));
+    }
+    let mut out = [0u32; 8];
+    for (o, &x) in out.iter_mut().zip(v) {
+        *o = i32::try_from(x)
+            .map_err(|_| EpError::Unsupported(format!("{x} exceeds 32-bit indexing")))?
+            as u32;
+    }
+    Ok(out)
+}
+
+/// A u32 from a size, or an error past 32 bits.
+pub(crate) fn u32_of(x: usize) -> Result<u32, EpError> {
+    u32::try_from(x).map_err(|_| EpError::Unsupported(format!("{x} exceeds 32-bit indexing")))
+}

@@ -1,0 +1,63 @@
+// Direct N-d convolution (1 to 3 spatial dims) of f32 tensors with groups,
+// strides, dilations, padding and an optional bias. One invocation per output.
+// Shorter ranks are padded with size-1 dims in front.
+//
+// Params (u32 words): [0] outputs, [1] N, [2] C, [3] M, [4] group,
+// [5..8) input dims, [8..11) kernel dims, [11..14) output dims,
+// [14..17) strides, [17..20) pads before, [20..23) dilations.
+
+override WG: u32 = 256u;
+override HAS_BIAS: bool = false;
+
+@group(0) @binding(0) var<storage, read> p: array<u32>;
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read> w: array<f32>;
+@group(0) @binding(3) var<storage, read> bias: array<f32>;
+@group(0) @binding(4) var<storage, read_write> y: array<f32>;
+
+@compute @workgroup_size(WG)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = gid.x + gid.y * nwg.x * WG;
+    if (i >= p[0]) { return; }
+    let c_in = p[2];
+    let m_out = p[3];
+    let groups = p[4];
+    let id = vec3<u32>(p[5], p[6], p[7]);
+    let kd = vec3<u32>(p[8], p[9], p[10]);
+    let od = vec3<u32>(p[11], p[12], p[13]);
+    let st = vec3<u32>(p[14], p[15], p[16]);
+    let pb = vec3<i32>(i32(p[17]), i32(p[18]), i32(p[19]));
+    let dl = vec3<u32>(p[20], p[21], p[22]);
+    let ospatial = od.x * od.y * od.z;
+    let opos = i % ospatial;
+    let om = (i / ospatial) % m_out;
+    let on = i / (ospatial * m_out);
+    let o = vec3<u32>(opos / (od.y * od.z), (opos / od.z) % od.y, opos % od.z);
+    let cg = c_in / groups;
+    let mg = m_out / groups;
+    let g = om / mg;
+    var sum = 0.0;
+    if (HAS_BIAS) { sum = bias[om]; }
+    let ispatial = id.x * id.y * id.z;
+    let kspatial = kd.x * kd.y * kd.z;
+    for (var ci = 0u; ci < cg; ci = ci + 1u) {
+        let xbase = (on * c_in + g * cg + ci) * ispatial;
+        let wbase = (om * cg + ci) * kspatial;
+        for (var k0 = 0u; k0 < kd.x; k0 = k0 + 1u) {
+            let p0 = i32(o.x * st.x + k0 * dl.x) - pb.x;
+            if (p0 < 0 || p0 >= i32(id.x)) { continue; }
+            for (var k1 = 0u; k1 < kd.y; k1 = k1 + 1u) {
+                let p1 = i32(o.y * st.y + k1 * dl.y) - pb.y;
+                if (p1 < 0 || p1 >= i32(id.y)) { continue; }
+                for (var k2 = 0u; k2 < kd.z; k2 = k2 + 1u) {
+                    let p2 = i32(o.z * st.z + k2 * dl.z) - pb.z;
+                    if (p2 < 0 || p2 >= i32(id.z)) { continue; }
+                    let xi = xbase + (u32(p0) * id.y + u32(p1)) * id.z + u32(p2);
+                    let wi = wbase + (k0 * kd.y + k1) * kd.z + k2;
+                    sum = sum + x[xi] * w[wi];
+                }
+            }
+        }
+    }
+    y[i] = sum;
+}

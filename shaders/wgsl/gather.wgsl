@@ -1,0 +1,73 @@
+// Gather along one axis, for any element width, with int32 or int64 indices
+// (negative indices count from the end; indices out of range read zeros).
+// One invocation owns one 32-bit output word (or one 8-byte element).
+//
+// Params (u32 words): [0] output elements, [1] axis size, [2] inner size
+// (elements after the axis), [3] index count.
+
+override WG: u32 = 256u;
+// Element width in bytes: 1, 2, 4 or 8.
+override W: u32 = 4u;
+// Indices are int64 (two words each) rather than int32.
+override IDX64: bool = true;
+
+@group(0) @binding(0) var<storage, read> p: array<u32>;
+@group(0) @binding(1) var<storage, read> x: array<u32>;
+@group(0) @binding(2) var<storage, read> idx: array<u32>;
+@group(0) @binding(3) var<storage, read_write> y: array<u32>;
+
+const NONE: u32 = 0xffffffffu;
+
+fn index(k: u32) -> i32 {
+    if (IDX64) {
+        let lo = idx[2u * k];
+        let hi = idx[2u * k + 1u];
+        // Values beyond 32 bits are out of range for any axis a GPU buffer can hold.
+        if (hi == 0u && lo < 0x80000000u) { return i32(lo); }
+        if (hi == 0xffffffffu && lo >= 0x80000000u) { return bitcast<i32>(lo); }
+        return -2147483647;
+    }
+    return bitcast<i32>(idx[k]);
+}
+
+fn source(i: u32) -> u32 {
+    let dim = p[1];
+    let inner = p[2];
+    let count = p[3];
+    let outer = i / (count * inner);
+    let r = i % (count * inner);
+    var k = index(r / inner);
+    if (k < 0) { k = k + i32(dim); }
+    if (k < 0 || u32(k) >= dim) { return NONE; }
+    return (outer * dim + u32(k)) * inner + r % inner;
+}
+
+@compute @workgroup_size(WG)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let j = gid.x + gid.y * nwg.x * WG;
+    let n = p[0];
+    if (W >= 4u) {
+        let words = max(W / 4u, 1u);
+        let e = j / words;
+        if (e >= n) { return; }
+        let s = source(e);
+        if (s == NONE) { y[j] = 0u; return; }
+        y[j] = x[s * words + j % words];
+        return;
+    }
+    // Overrides are constant-folded even in dead branches: keep every shift valid for W = 4, 8.
+    let per = max(4u / W, 1u);
+    let bits = select(8u, W * 8u, W < 4u);
+    let mask = 0xffffffffu >> (32u - bits);
+    let first = j * per;
+    if (first >= n) { return; }
+    var word = 0u;
+    for (var k = 0u; k < per; k = k + 1u) {
+        let i = first + k;
+        if (i >= n) { break; }
+        let s = source(i);
+        if (s == NONE) { continue; }
+        word = word | (((x[s / per] >> ((s % per) * bits)) & mask) << (k * bits));
+    }
+    y[j] = word;
+}

@@ -1,0 +1,60 @@
+// LayerNormalization of f32 tensors over the trailing `len` elements of each
+// row, one workgroup per row, with optional f32 Mean and InvStdDev outputs.
+// Scale and bias have `len` elements (or 1, broadcast).
+//
+// Params (u32 words): [0] rows, [1] len, [2] epsilon (f32 bits), [3] scale count,
+// [4] bias count (0: no bias).
+
+override WG: u32 = 256u;
+override STATS: bool = false;
+
+@group(0) @binding(0) var<storage, read> p: array<u32>;
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read> scale: array<f32>;
+@group(0) @binding(3) var<storage, read> bias: array<f32>;
+@group(0) @binding(4) var<storage, read_write> y: array<f32>;
+@group(0) @binding(5) var<storage, read_write> mean_out: array<f32>;
+@group(0) @binding(6) var<storage, read_write> inv_out: array<f32>;
+
+var<workgroup> acc: array<f32, WG>;
+
+fn total(lid: u32) -> f32 {
+    for (var s = WG / 2u; s > 0u; s = s / 2u) {
+        workgroupBarrier();
+        if (lid < s) { acc[lid] = acc[lid] + acc[lid + s]; }
+    }
+    workgroupBarrier();
+    let t = acc[0];
+    workgroupBarrier();
+    return t;
+}
+
+@compute @workgroup_size(WG)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    let row = wid.x + wid.y * nwg.x;
+    if (row >= p[0]) { return; }
+    let len = p[1];
+    let base = row * len;
+    var s = 0.0;
+    for (var k = lid; k < len; k = k + WG) { s = s + x[base + k]; }
+    acc[lid] = s;
+    let mean = total(lid) / f32(len);
+    var q = 0.0;
+    for (var k = lid; k < len; k = k + WG) {
+        let d = x[base + k] - mean;
+        q = q + d * d;
+    }
+    acc[lid] = q;
+    let inv = 1.0 / sqrt(total(lid) / f32(len) + bitcast<f32>(p[2]));
+    for (var k = lid; k < len; k = k + WG) {
+        let g = scale[select(k, 0u, p[3] == 1u)];
+        var b = 0.0;
+        if (p[4] > 0u) { b = bias[select(k, 0u, p[4] == 1u)]; }
+        y[base + k] = (x[base + k] - mean) * inv * g + b;
+    }
+    if (STATS && lid == 0u) {
+        mean_out[row] = mean;
+        inv_out[row] = inv;
+    }
+}

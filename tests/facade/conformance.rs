@@ -7,14 +7,15 @@ use std::path::Path;
 use onyx::conformance::SessionRuntime;
 use onyx_conformance::{check_manifest, discover, ensure_node_suite, read_manifest, run_suite};
 
-#[test]
-fn the_cpu_backend_passes_every_case_in_its_manifest() {
+/// Runs the whole suite on `device` with fallback forbidden and checks the manifest.
+fn check(device: &str, manifest: &str) {
     let dir = ensure_node_suite().unwrap_or_else(|e| panic!("{e}"));
     let cases = discover(&dir, None).unwrap();
-    let report = run_suite(&SessionRuntime::new("cpu", true).unwrap(), &cases);
+    let report =
+        run_suite(&SessionRuntime::new(device, true).unwrap_or_else(|e| panic!("{e}")), &cases);
     let out = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/conformance");
     report.write(&out).unwrap();
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/manifests/node-cpu.txt");
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/manifests").join(manifest);
     let check = check_manifest(&report, &read_manifest(&manifest).unwrap());
     let c = report.counts();
     println!(
@@ -39,4 +40,20 @@ fn the_cpu_backend_passes_every_case_in_its_manifest() {
         regressions.len(),
         regressions.join("\n")
     );
+}
+
+#[test]
+fn the_cpu_backend_passes_every_case_in_its_manifest() {
+    check("cpu", "node-cpu.txt");
+}
+
+/// On Mesa lavapipe in CI; set `ONYX_SKIP_WGPU=1` on a machine with no adapter.
+#[cfg(feature = "wgpu")]
+#[test]
+fn the_wgpu_backend_passes_every_case_in_its_manifest_without_fallback() {
+    if std::env::var_os("ONYX_SKIP_WGPU").is_some() {
+        eprintln!("ONYX_SKIP_WGPU is set: skipping");
+        return;
+    }
+    check("wgpu", "node-wgpu.txt");
 }

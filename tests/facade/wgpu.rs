@@ -1,0 +1,217 @@
+//! The wgpu backend on a real adapter (Mesa lavapipe in CI: `apt-get install
+//! mesa-vulkan-drivers`). Set `ONYX_SKIP_WGPU=1` to skip on a machine without one.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::*;
+use onyx::core::ep::ExecutionProvider;
+use onyx::{DType, Tensor, Value};
+use onyx_wgpu::{WgpuOptions, WgpuProvider};
+
+fn gpu() -> Option<Arc<WgpuProvider>> {
+    if std::env::var_os("ONYX_SKIP_WGPU").is_some() {
+        eprintln!("ONYX_SKIP_WGPU is set: skipping");
+        return None;
+    }
+    match WgpuProvider::new_blocking(WgpuOptions::default()) {
+        Ok(p) => Some(Arc::new(p)),
+        Err(e) => {
+            panic!("no wgpu adapter ({e}); install mesa-vulkan-drivers or set ONYX_SKIP_WGPU=1")
+        }
+    }
+}
+
+fn strict(bytes: Vec<u8>, p: &Arc<WgpuProvider>) -> onyx::Session {
+    onyx::Session::builder()
+        .with_provider(p.clone())
+        .with_strict(true)
+        .commit_from_bytes(bytes, None)
+        .unwrap()
+}
+
+fn get_i64(o: &onyx::RunOutputs, name: &str) -> Vec<i64> {
+    o.get(name).and_then(Value::as_tensor).unwrap().to_vec::<i64>().unwrap()
+}
+
+#[test]
+fn int64_beyond_32_bits_is_exact_through_add_mul_gather_and_cast() {
+    let Some(p) = gpu() else { return };
+    let big = [3_000_000_000i64, -5_000_000_007, (1 << 40) + 7, -1, i64::MAX - 3];
+    let small = [7i64, -3, 1 << 20, 2, 1];
+    let m = model(
+        graph(
+            vec![
+                node("Add", "add", &["a", "b"], &["sum"], vec![]),
+                node("Mul", "mul", &["a", "b"], &["prod"], vec![]),
+                node("Sub", "sub", &["a", "b"], &["diff"], vec![]),
+                node("Div", "div", &["a", "b"], &["quot"], vec![]),
+                node("Less", "less", &["a", "b"], &["lt"], vec![]),
+                node("Gather", "gather", &["a", "idx"], &["picked"], vec![("axis", A::I(0))]),
+                node("Cast", "to_f32", &["a"], &["as_f32"], vec![("to", A::I(1))]),
+                node("Cast", "to_i32", &["a"], &["as_i32"], vec![("to", A::I(6))]),
+                node("Cast", "back", &["f"], &["from_f32"], vec![("to", A::I(7))]),
+            ],
+            vec![
+                value("a", DType::I64, &[5]),
+                value("b", DType::I64, &[5]),
+                value("idx", DType::I64, &[3]),
+                value("f", DType::F32, &[3]),
+            ],
+            vec![
+                value("sum", DType::I64, &[5]),
+                value("prod", DType::I64, &[5]),
+                value("diff", DType::I64, &[5]),
+                value("quot", DType::I64, &[5]),
+                value("lt", DType::Bool, &[5]),
+                value("picked", DType::I64, &[3]),
+                value("as_f32", DType::F32, &[5]),
+                value("as_i32", DType::I32, &[5]),
+                value("from_f32", DType::I64, &[3]),
+            ],
+            vec![],
+        ),
+        13,
+    );
+    let s = strict(m, &p);
+    let counts = s.kernels_per_device();
+    assert_eq!(counts, vec![("wgpu:0".to_string(), 9)]);
+    let inputs = vec![
+        ("a", Value::Tensor(Tensor::from_vec(vec![5], big.to_vec()).unwrap())),
+        ("b", Value::Tensor(Tensor::from_vec(vec![5], small.to_vec()).unwrap())),
+        ("idx", Value::Tensor(Tensor::from_vec(vec![3], vec![4i64, -5, 2]).unwrap())),
+        ("f", Value::Tensor(Tensor::from_vec(vec![3], vec![3.0e9f32, -4.5e12, 123.9]).unwrap())),
+    ];
+    let o = s.run(inputs).unwrap();
+    let zip =
+        |f: fn(i64, i64) -> i64| big.iter().zip(&small).map(|(&x, &y)| f(x, y)).collect::<Vec<_>>();
+    assert_eq!(get_i64(&o, "sum"), zip(|x, y| x.wrapping_add(y)));
+    assert_eq!(get_i64(&o, "prod"), zip(|x, y| x.wrapping_mul(y)));
+    assert_eq!(get_i64(&o, "diff"), zip(|x, y| x.wrapping_sub(y)));
+    assert_eq!(get_i64(&o, "quot"), zip(|x, y| x / y));
+    let lt = o.get("lt").and_then(Value::as_tensor).unwrap().to_i64_vec().unwrap();
+    assert_eq!(lt, zip(|x, y| (x < y) as i64));
+    assert_eq!(get_i64(&o, "picked"), vec![big[4], big[0], big[2]]);
+    let f = o.get("as_f32").and_then(Value::as_tensor).unwrap().to_vec::<f32>().unwrap();
+    assert_eq!(f, big.iter().map(|&x| x as f32).collect::<Vec<_>>());
+    let i = o.get("as_i32").and_then(Value::as_tensor).unwrap().to_vec::<i32>().unwrap();
+    assert_eq!(i, big.iter().map(|&x| x as i32).collect::<Vec<_>>(), "int64 to int32 wraps like C");
+    // Truncation toward zero of the exact f32 values (-4.5e12 is -4500000079872 in f32).
+    let fs = [3.0e9f32, -4.5e12, 123.9];
+    assert_eq!(get_i64(&o, "from_f32"), fs.iter().map(|&v| v as i64).collect::<Vec<_>>());
+    assert_eq!(get_i64(&o, "from_f32")[0], 3_000_000_000);
+}
+
+#[test]
+fn device_memory_falls_when_buffers_are_released() {
+    let Some(p) = gpu() else { return };
+    let base = p.memory_stats().in_use_bytes;
+    let bufs: Vec<_> = (0..4).map(|_| p.allocate(1 << 20, 4).unwrap()).collect();
+    assert_eq!(p.memory_stats().in_use_bytes, base + (4 << 20));
+    for (i, b) in bufs.into_iter().enumerate() {
+        p.deallocate(b).unwrap();
+        assert_eq!(p.memory_stats().in_use_bytes, base + ((3 - i as u64) << 20));
+    }
+    let b = p.allocate(16, 4).unwrap();
+    p.deallocate(b).unwrap();
+    assert!(p.deallocate(b).is_err(), "a second free is an error");
+}
+
+#[test]
+fn the_bundled_model_matches_the_cpu_and_releases_on_the_device() {
+    let Some(p) = gpu() else { return };
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/tiny_cnn.onnx");
+    let gpu = onyx::Session::builder()
+        .with_provider(p.clone())
+        .with_strict(true)
+        .commit_from_file(&path)
+        .unwrap();
+    let cpu = onyx::Session::builder().commit_from_file(&path).unwrap();
+    let x = f32s(&[2, 3, 64, 64], |i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0);
+    let a = gpu.run([("input", Value::Tensor(x.clone()))]).unwrap();
+    let b = cpu.run([("input", Value::Tensor(x))]).unwrap();
+    let ya = a.get("probabilities").and_then(Value::as_tensor).unwrap().to_vec::<f32>().unwrap();
+    let yb = b.get("probabilities").and_then(Value::as_tensor).unwrap().to_vec::<f32>().unwrap();
+    for (u, v) in ya.iter().zip(&yb) {
+        assert!((u - v).abs() <= 1e-4 * v.abs().max(1e-3), "{u} vs {v}");
+    }
+    assert_eq!(
+        a.memory.peak_bytes, a.memory.live_set_bound_bytes,
+        "device peak is the plan's bound"
+    );
+    assert!(a.memory.peak_bytes < a.memory.no_release_bytes);
+    assert_eq!(
+        p.memory_stats().in_use_bytes,
+        a.memory.weight_bytes,
+        "only weights stay on the device"
+    );
+}
+
+#[test]
+fn a_tensor_larger_than_a_binding_is_refused_before_dispatch() {
+    let Some(p) = gpu() else { return };
+    let limit = p.adapter().max_binding as usize;
+    let n = limit / 4 + 1024;
+    let m = model(
+        graph(
+            vec![node("Relu", "big_relu", &["x"], &["y"], vec![])],
+            vec![value("x", DType::F32, &[n as i64])],
+            vec![value("y", DType::F32, &[n as i64])],
+            vec![],
+        ),
+        13,
+    );
+    let s = strict(m, &p);
+    let err = s.run([("x", Value::Tensor(Tensor::zeros(DType::F32, vec![n])))]).unwrap_err();
+    let chain = onyx::conformance::chain(&err);
+    assert!(
+        chain.contains("node 'big_relu'") && chain.contains("storage binding limit"),
+        "{chain}"
+    );
+    assert_eq!(p.memory_stats().in_use_bytes, 0, "nothing leaks on the error path");
+}
+
+#[test]
+fn unsupported_nodes_fall_back_to_the_cpu_unless_strict() {
+    let Some(p) = gpu() else { return };
+    // float64 arithmetic has no WGSL type: those nodes run on the CPU.
+    let m = model(
+        graph(
+            vec![
+                node("Cast", "up", &["x"], &["d"], vec![("to", A::I(11))]),
+                node("Add", "add64", &["d", "d"], &["e"], vec![]),
+                node("Cast", "down", &["e"], &["y"], vec![("to", A::I(1))]),
+                node("Relu", "relu", &["y"], &["z"], vec![]),
+            ],
+            vec![value("x", DType::F32, &[4])],
+            vec![value("z", DType::F32, &[4])],
+            vec![],
+        ),
+        13,
+    );
+    let err = onyx::Session::builder()
+        .with_provider(p.clone())
+        .with_strict(true)
+        .commit_from_bytes(m.clone(), None)
+        .err()
+        .unwrap();
+    assert!(onyx::conformance::chain(&err).contains("no kernel on backend wgpu:0"), "{err}");
+    let s = onyx::Session::builder().with_provider(p.clone()).commit_from_bytes(m, None).unwrap();
+    let counts = s.kernels_per_device();
+    assert_eq!(counts[0], ("wgpu:0".into(), 1));
+    assert_eq!(counts[1], ("cpu".into(), 3));
+    let o = s
+        .run([(
+            "x",
+            Value::Tensor(Tensor::from_vec(vec![4], vec![-1f32, 0.5, 2.0, -3.0]).unwrap()),
+        )])
+        .unwrap();
+    assert_eq!(
+        o.get("z").and_then(Value::as_tensor).unwrap().to_vec::<f32>().unwrap(),
+        vec![0.0, 1.0, 4.0, 0.0]
+    );
+    for d in &o.memory.devices {
+        assert_eq!(d.peak_bytes, d.live_set_bound_bytes, "{}", d.device);
+    }
+}

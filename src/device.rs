@@ -73,8 +73,11 @@ pub fn compiled_backends() -> Vec<&'static str> {
 /// Opens a wgpu adapter, or says why not.
 #[cfg(feature = "wgpu")]
 fn open_wgpu(ordinal: Option<u32>) -> Result<Arc<dyn ExecutionProvider>, String> {
-    let p = onyx_wgpu::WgpuProvider::new_blocking(onyx_wgpu::WgpuOptions { adapter: ordinal })
-        .map_err(|e| e.to_string())?;
+    let p = onyx_wgpu::WgpuProvider::new_blocking(onyx_wgpu::WgpuOptions {
+        adapter: ordinal,
+        ..Default::default()
+    })
+    .map_err(|e| e.to_string())?;
     let a = p.adapter();
     log::info!("wgpu adapter: {} ({}, {})", a.name, a.backend, a.device_type);
     Ok(Arc::new(p))

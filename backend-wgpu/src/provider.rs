@@ -1,8 +1,9 @@
 //! The wgpu execution provider.
 //!
 //! - **Buffers** live in a table keyed by the plain `DeviceBuffer` id.
-//!   `deallocate` removes the buffer and destroys it once the commands already
-//!   recorded against it are submitted.
+//!   `deallocate` removes the buffer: it goes to a size-class pool (bounded by
+//!   `pool_limit`) or is destroyed once commands recorded against it are
+//!   submitted. `memory_stats` counts live bytes as in use and pooled ones as reserved.
 //! - **Dispatches** of a run go into one command encoder, submitted when the
 //!   host needs results (a download), before an upload (so `write_buffer`
 //!   cannot overtake recorded work), or every few hundred dispatches.
@@ -36,6 +37,10 @@ struct Entry {
 
 struct State {
     buffers: HashMap<u64, Entry>,
+    /// Freed buffers kept for reuse, by padded size. Reusing one before the work
+    /// that last read it is submitted is safe: passes of a queue run in order.
+    pool: HashMap<u64, Vec<wgpu::Buffer>>,
+    pool_bytes: u64,
     next_id: u64,
     stats: MemoryStats,
     /// Bytes of destroyed-but-not-yet-submitted buffers (still held on the device).
@@ -53,17 +58,33 @@ struct Pipeline {
 
 type PipelineKey = (Shader, &'static str, Vec<(&'static str, u64)>);
 
+/// The pool's size class of a buffer of `padded` bytes, so freed buffers are
+/// reused across nearby sizes: at most 1/8 larger above 4 KiB.
+fn size_class(padded: u64) -> u64 {
+    let step = (padded.next_power_of_two() / 16).max(256);
+    padded.div_ceil(step) * step
+}
+
 /// Settings of a [`WgpuProvider`].
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct WgpuOptions {
     /// Adapter index in enumeration order (`None`: the default high-performance adapter).
     pub adapter: Option<u32>,
+    /// Bytes of freed buffers kept for reuse (0 destroys every freed buffer).
+    pub pool_limit: u64,
+}
+
+impl Default for WgpuOptions {
+    fn default() -> Self {
+        WgpuOptions { adapter: None, pool_limit: 1 << 30 }
+    }
 }
 
 /// The wgpu backend.
 pub struct WgpuProvider {
     gpu: Gpu,
     ordinal: u32,
+    pool_limit: u64,
     state: Mutex<State>,
     pipelines: Mutex<HashMap<PipelineKey, Arc<Pipeline>>>,
     registry: Registry,
@@ -80,8 +101,11 @@ impl WgpuProvider {
         Ok(WgpuProvider {
             gpu,
             ordinal: opts.adapter.unwrap_or(0),
+            pool_limit: opts.pool_limit,
             state: Mutex::new(State {
                 buffers: HashMap::new(),
+                pool: HashMap::new(),
+                pool_bytes: 0,
                 next_id: 1,
                 stats: MemoryStats::default(),
                 graveyard_bytes: 0,
@@ -107,6 +131,17 @@ impl WgpuProvider {
     /// What the adapter is.
     pub fn adapter(&self) -> &AdapterSummary {
         &self.gpu.summary
+    }
+
+    /// Destroys every pooled buffer.
+    pub fn trim(&self) {
+        let mut st = self.state();
+        for (_, bufs) in st.pool.drain() {
+            for b in bufs {
+                b.destroy();
+            }
+        }
+        st.pool_bytes = 0;
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -228,21 +263,31 @@ impl WgpuProvider {
                 vec![wgpu::BindGroupEntry { binding: 0, resource: params.as_entire_binding() }];
             let mut next_dummy = dummies.iter();
             for (slot, b) in &d.binds {
-                let buffer = match b {
-                    Bind::In(i) => &Self::entry(&st, &io.input(*i)?.buffer, me)?.buffer,
-                    Bind::Out(o) => &Self::entry(&st, &io.output(*o)?.buffer, me)?.buffer,
-                    Bind::Dummy => next_dummy.next().expect("one dummy per Dummy binding"),
+                let (buffer, size) = match b {
+                    Bind::In(i) => {
+                        let e = Self::entry(&st, &io.input(*i)?.buffer, me)?;
+                        (&e.buffer, e.size)
+                    }
+                    Bind::Out(o) => {
+                        let e = Self::entry(&st, &io.output(*o)?.buffer, me)?;
+                        (&e.buffer, e.size)
+                    }
+                    Bind::Dummy => (next_dummy.next().expect("one dummy per Dummy binding"), 16),
                 };
-                if buffer.size() > max_binding {
+                // Bind the tensor's words only: a pooled buffer may be larger.
+                let words = size.div_ceil(4).max(1) * 4;
+                if words > max_binding {
                     return Err(EpError::Unsupported(format!(
-                        "a {}-byte tensor exceeds this device's {}-byte storage binding limit",
-                        buffer.size(),
-                        max_binding
+                        "a {words}-byte tensor exceeds this device's {max_binding}-byte storage binding limit"
                     )));
                 }
                 entries.push(wgpu::BindGroupEntry {
                     binding: *slot,
-                    resource: buffer.as_entire_binding(),
+                    resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                        buffer,
+                        offset: 0,
+                        size: wgpu::BufferSize::new(words),
+                    }),
                 });
             }
             let group = device.create_bind_group(&wgpu::BindGroupDescriptor {
@@ -380,15 +425,29 @@ impl ExecutionProvider for WgpuProvider {
                 limit: self.gpu.summary.max_buffer,
             });
         }
-        let buffer = self.gpu.device.create_buffer(&wgpu::BufferDescriptor {
-            label: None,
-            size: padded,
-            usage: wgpu::BufferUsages::STORAGE
-                | wgpu::BufferUsages::COPY_SRC
-                | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        });
-        self.gpu.take_errors()?;
+        let class = match size_class(padded) {
+            c if c > self.gpu.summary.max_buffer => padded,
+            c => c,
+        };
+        let pooled = st.pool.get_mut(&class).and_then(Vec::pop);
+        let buffer = match pooled {
+            Some(b) => {
+                st.pool_bytes -= class;
+                b
+            }
+            None => {
+                let b = self.gpu.device.create_buffer(&wgpu::BufferDescriptor {
+                    label: None,
+                    size: class,
+                    usage: wgpu::BufferUsages::STORAGE
+                        | wgpu::BufferUsages::COPY_SRC
+                        | wgpu::BufferUsages::COPY_DST,
+                    mapped_at_creation: false,
+                });
+                self.gpu.take_errors()?;
+                b
+            }
+        };
         let id = st.next_id;
         st.next_id += 1;
         st.buffers.insert(id, Entry { buffer, size });
@@ -404,9 +463,13 @@ impl ExecutionProvider for WgpuProvider {
         let e = st.buffers.remove(&buffer.id).expect("checked above");
         st.stats.in_use_bytes -= e.size;
         st.stats.frees += 1;
-        if st.encoder.is_some() {
+        let padded = e.buffer.size();
+        if st.pool_bytes + padded <= self.pool_limit {
+            st.pool_bytes += padded;
+            st.pool.entry(padded).or_default().push(e.buffer);
+        } else if st.encoder.is_some() {
             // Recorded commands may still read it: destroy after they are submitted.
-            st.graveyard_bytes += e.buffer.size();
+            st.graveyard_bytes += padded;
             st.graveyard.push(e.buffer);
         } else {
             e.buffer.destroy();
@@ -506,11 +569,26 @@ impl ExecutionProvider for WgpuProvider {
     fn memory_stats(&self) -> MemoryStats {
         let st = self.state();
         let live: u64 = st.buffers.values().map(|e| e.buffer.size()).sum();
-        MemoryStats { reserved_bytes: live + st.graveyard_bytes, ..st.stats }
+        MemoryStats { reserved_bytes: live + st.pool_bytes + st.graveyard_bytes, ..st.stats }
     }
 
     fn reset_peak(&self) {
         let mut st = self.state();
         st.stats.peak_bytes = st.stats.in_use_bytes;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::size_class;
+
+    #[test]
+    fn size_classes_round_up_by_at_most_an_eighth_above_4_kib() {
+        for padded in (4096..1 << 22).step_by(4092) {
+            let c = size_class(padded);
+            assert!(c >= padded && c - padded <= padded / 8, "{padded} -> {c}");
+        }
+        assert_eq!(size_class(4), 256);
+        assert_eq!(size_class(1 << 20), 1 << 20);
     }
 }

@@ -44,6 +44,8 @@ shaders! {
     UnaryInt => "unary_int.wgsl",
     /// Broadcasting binary ops on float tensors.
     BinaryFloat => "binary_float.wgsl",
+    /// Binary f32 arithmetic four elements at a time, for same-shape and suffix-broadcast inputs.
+    BinaryVec4 => "binary_vec4.wgsl",
     /// Broadcasting binary ops on integer and bool tensors, int64 exact.
     BinaryInt => "binary_int.wgsl",
     /// Casts between the supported dtypes.

@@ -1,5 +1,6 @@
 //! Command-line parsing (clap) and the subcommands.
 
+mod bench;
 mod conformance;
 mod info;
 mod io;
@@ -26,6 +27,8 @@ enum Command {
     Info(InfoArgs),
     /// Run the ONNX node test suite on a backend and report pass/fail/error/unsupported.
     Conformance(ConformanceArgs),
+    /// Time a model: session creation, the first run and warm runs (median and spread).
+    Bench(BenchArgs),
 }
 
 /// Options shared by commands that build a session.
@@ -60,6 +63,29 @@ struct RunArgs {
     /// Write each output as OUTPUT_NAME.npy into this folder.
     #[arg(long)]
     output_dir: Option<PathBuf>,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+    /// Seed for generated inputs.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+}
+
+#[derive(Args, Debug)]
+struct BenchArgs {
+    /// The .onnx file.
+    model: PathBuf,
+    #[command(flatten)]
+    session: SessionArgs,
+    /// An input from a file: NAME=FILE.npy or NAME=FILE.pb (others are generated).
+    #[arg(long = "input", value_name = "NAME=FILE", value_parser = parse_input)]
+    inputs: Vec<(String, PathBuf)>,
+    /// Untimed runs after the first one.
+    #[arg(long, default_value_t = 3)]
+    warmup: usize,
+    /// Timed runs.
+    #[arg(long, default_value_t = 20)]
+    runs: usize,
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
@@ -120,5 +146,6 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Run(a) => run::run(a),
         Command::Info(a) => info::info(a),
         Command::Conformance(a) => conformance::conformance(a),
+        Command::Bench(a) => bench::bench(a),
     }
 }

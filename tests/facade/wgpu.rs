@@ -215,3 +215,95 @@ fn unsupported_nodes_fall_back_to_the_cpu_unless_strict() {
         assert_eq!(d.peak_bytes, d.live_set_bound_bytes, "{}", d.device);
     }
 }
+
+/// Runs a one-node model on the GPU (strict) and on the CPU, and checks that
+/// every output element agrees within `tol` of the output's largest magnitude.
+fn assert_matches_cpu(p: &Arc<WgpuProvider>, m: Vec<u8>, inputs: Vec<(&str, Tensor)>, tol: f32) {
+    let gpu = strict(m.clone(), p);
+    let cpu = session(m, true);
+    let values = || inputs.iter().map(|(n, t)| (n.to_string(), Value::Tensor(t.clone())));
+    let a = gpu.run(values()).unwrap();
+    let b = cpu.run(values()).unwrap();
+    for (name, v) in &b.values {
+        let want = v.as_tensor().unwrap().to_vec::<f32>().unwrap();
+        let got = a.get(name).and_then(Value::as_tensor).unwrap();
+        assert_eq!(got.shape(), v.as_tensor().unwrap().shape(), "{name}");
+        let got = got.to_vec::<f32>().unwrap();
+        let scale = want.iter().fold(0f32, |m, x| m.max(x.abs())).max(1e-6);
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert!((g - w).abs() <= tol * scale, "{name}[{i}]: {g} vs {w}");
+        }
+    }
+}
+
+#[test]
+fn convolutions_as_implicit_gemms_match_the_cpu() {
+    let Some(p) = gpu() else { return };
+    // (input dims, weight dims, strides, pads, dilations, group, bias)
+    type Case = (Vec<usize>, Vec<usize>, Vec<i64>, Vec<i64>, Vec<i64>, i64, bool);
+    let cases: Vec<Case> = vec![
+        (vec![2, 3, 9, 11], vec![16, 3, 3, 3], vec![1, 1], vec![1, 1, 1, 1], vec![1, 1], 1, true),
+        (vec![1, 8, 10, 7], vec![24, 8, 3, 3], vec![2, 2], vec![1, 1, 1, 1], vec![1, 1], 1, false),
+        (vec![2, 16, 8, 8], vec![32, 16, 1, 1], vec![1, 1], vec![0, 0, 0, 0], vec![1, 1], 1, true),
+        (vec![1, 16, 9, 9], vec![16, 8, 3, 3], vec![1, 1], vec![2, 2, 2, 2], vec![2, 2], 2, true),
+        (vec![1, 5, 20, 20], vec![130, 5, 3, 3], vec![1, 1], vec![0, 1, 1, 0], vec![1, 1], 1, true),
+        (vec![2, 4, 20], vec![12, 4, 5], vec![2], vec![2, 1], vec![1], 1, true),
+        (vec![1, 2, 5, 6, 7], vec![8, 2, 3, 3, 3], vec![1, 2, 1], vec![1; 6], vec![1; 3], 1, true),
+        (vec![1, 32, 7, 7], vec![64, 32, 1, 1], vec![2, 2], vec![0, 0, 0, 0], vec![1, 1], 1, true),
+    ];
+    for (xs, ws, strides, pads, dilations, group, bias) in cases {
+        let dims = |v: &[usize]| v.iter().map(|&d| d as i64).collect::<Vec<_>>();
+        let mut ins = vec!["x", "w"];
+        let mut values =
+            vec![value("x", DType::F32, &dims(&xs)), value("w", DType::F32, &dims(&ws))];
+        let x = f32s(&xs, |i| ((i * 7919) % 997) as f32 / 498.0 - 1.0);
+        let w = f32s(&ws, |i| ((i * 104_729) % 991) as f32 / 495.0 - 1.0);
+        let mut inputs = vec![("x", x), ("w", w)];
+        if bias {
+            ins.push("b");
+            values.push(value("b", DType::F32, &[ws[0] as i64]));
+            inputs.push(("b", f32s(&[ws[0]], |i| i as f32 * 0.1 - 1.0)));
+        }
+        let attrs = vec![
+            ("strides", A::Is(strides)),
+            ("pads", A::Is(pads)),
+            ("dilations", A::Is(dilations)),
+            ("group", A::I(group)),
+        ];
+        let m = model(
+            graph(
+                vec![node("Conv", "conv", &ins, &["y"], attrs)],
+                values,
+                vec![untyped("y")],
+                vec![],
+            ),
+            13,
+        );
+        assert_matches_cpu(&p, m, inputs, 1e-5);
+    }
+}
+
+#[test]
+fn matrix_products_of_many_shapes_match_the_cpu() {
+    let Some(p) = gpu() else { return };
+    for (a, b) in [
+        (vec![24, 72], vec![72, 20]),
+        (vec![130, 9], vec![9, 260]),
+        (vec![3, 1, 37, 19], vec![5, 19, 41]),
+        (vec![200, 300], vec![300, 129]),
+    ] {
+        let dims = |v: &[usize]| v.iter().map(|&d| d as i64).collect::<Vec<_>>();
+        let m = model(
+            graph(
+                vec![node("MatMul", "mm", &["a", "b"], &["y"], vec![])],
+                vec![value("a", DType::F32, &dims(&a)), value("b", DType::F32, &dims(&b))],
+                vec![untyped("y")],
+                vec![],
+            ),
+            13,
+        );
+        let ta = f32s(&a, |i| ((i * 7919) % 997) as f32 / 498.0 - 1.0);
+        let tb = f32s(&b, |i| ((i * 104_729) % 991) as f32 / 495.0 - 1.0);
+        assert_matches_cpu(&p, m, vec![("a", ta), ("b", tb)], 1e-5);
+    }
+}

@@ -251,6 +251,9 @@ impl BinaryKernel {
         a: (&[usize], Bind),
         b: (&[usize], Bind),
     ) -> Result<Dispatch, EpError> {
+        if let Some(d) = self.vec4_dispatch(out, a, b)? {
+            return Ok(d);
+        }
         let n: usize = out.iter().product();
         let mut params = vec![super::u32_of(n)?, super::u32_of(out.len())?];
         params.extend(pad8(out)?);
@@ -283,6 +286,43 @@ impl BinaryKernel {
         Ok(d)
     }
 
+    /// The four-at-a-time f32 path, when both inputs are the output or a
+    /// trailing part of it with a multiple of 4 elements.
+    fn vec4_dispatch(
+        &self,
+        out: &[usize],
+        a: (&[usize], Bind),
+        b: (&[usize], Bind),
+    ) -> Result<Option<Dispatch>, EpError> {
+        let vec4_op = self.shader == Shader::BinaryFloat
+            && self.dt_in == DType::F32
+            && self.dt_out == DType::F32
+            && matches!(self.op, 0..=3 | 7 | 8);
+        let (Some(la), Some(lb)) = (suffix_len(a.0, out), suffix_len(b.0, out)) else {
+            return Ok(None);
+        };
+        let n: usize = out.iter().product();
+        if !vec4_op || n == 0 || la % 4 != 0 || lb % 4 != 0 {
+            return Ok(None);
+        }
+        let params = vec![super::u32_of(n / 4)?, super::u32_of(la / 4)?, super::u32_of(lb / 4)?];
+        let mut d = Dispatch::new(
+            Shader::BinaryVec4,
+            params,
+            &[a.1, b.1, Bind::Out(0)],
+            Grid::Invocations(n as u64 / 4),
+        )
+        .with("OP", self.op);
+        if a.1 == Bind::Out(0) {
+            d.entry = "main_a";
+            d.binds = vec![(2, b.1), (3, Bind::Out(0))];
+        } else if b.1 == Bind::Out(0) {
+            d.entry = "main_b";
+            d.binds = vec![(1, a.1), (3, Bind::Out(0))];
+        }
+        Ok(Some(d))
+    }
+
     fn f32_in_place(&self) -> bool {
         self.shader == Shader::BinaryFloat && self.dt_in == DType::F32 && self.dt_out == DType::F32
     }
@@ -298,6 +338,19 @@ impl GpuKernel for BinaryKernel {
     fn in_place(&self) -> bool {
         self.f32_in_place()
     }
+}
+
+/// The element count of `input` when it broadcasts to `out` as a trailing
+/// part of it (leading dims 1 or absent, the rest equal), so output element
+/// `i` reads input element `i % len`.
+fn suffix_len(input: &[usize], out: &[usize]) -> Option<usize> {
+    let pad = out.len().checked_sub(input.len())?;
+    let first = input.iter().position(|&d| d != 1).unwrap_or(input.len());
+    input[first..]
+        .iter()
+        .zip(&out[pad + first..])
+        .all(|(x, y)| x == y)
+        .then(|| input[first..].iter().product())
 }
 
 fn build_binary(spec: &KernelSpec<'_>) -> Result<Box<dyn GpuKernel>, EpError> {
@@ -506,4 +559,20 @@ pub(crate) fn register_all(r: &mut Registry) {
     r.register("Where", build_where);
     r.register("Cast", build_cast);
     r.register("CastLike", build_cast);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::suffix_len;
+
+    #[test]
+    fn trailing_broadcasts_read_the_input_modulo_its_length() {
+        assert_eq!(suffix_len(&[2, 3, 8], &[2, 3, 8]), Some(48));
+        assert_eq!(suffix_len(&[8], &[2, 3, 8]), Some(8));
+        assert_eq!(suffix_len(&[1, 3, 8], &[2, 3, 8]), Some(24));
+        assert_eq!(suffix_len(&[1, 1], &[2, 3]), Some(1));
+        assert_eq!(suffix_len(&[3, 1], &[2, 3, 8]), None);
+        assert_eq!(suffix_len(&[2, 1, 8], &[2, 3, 8]), None);
+        assert_eq!(suffix_len(&[2, 3, 8, 1], &[2, 3, 8]), None);
+    }
 }

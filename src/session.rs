@@ -336,7 +336,7 @@ impl Session {
     }
 
     /// Every kernel node with the device that runs it.
-    pub fn placement(&self) -> Vec<(String, String)> {
+    pub fn placement(&self) -> Vec<(onyx_core::error::NodeDesc, String)> {
         self.program.placement().into_iter().map(|(n, p)| (n, self.providers[p].name())).collect()
     }
 

@@ -1,15 +1,22 @@
-// Gather along one axis, for any element width, with int32 or int64 indices
-// (negative indices count from the end; indices out of range read zeros).
-// One invocation owns one 32-bit output word (or one 8-byte element).
+// Gather, GatherElements and GatherND, for any element width, with int32 or
+// int64 indices (negative indices count from the end; indices out of range
+// read zeros). One invocation owns one 32-bit output word (or one 8-byte element).
 //
-// Params (u32 words): [0] output elements, [1] axis size, [2] inner size
-// (elements after the axis), [3] index count.
+// Params (u32 words), [0] always the output element count:
+// - Gather: [1] axis size, [2] inner size (elements after the axis), [3] index count.
+// - GatherElements: [1] rank, [2..10) output (= indices) dims, [10..18) data
+//   strides, [18] axis, [19] axis size.
+// - GatherND: [1] elements per gathered slice, [2] tuple length, [3] tuples per
+//   batch, [4] data elements per batch, [5..13) data dims the tuple indexes,
+//   [13..21) their strides.
 
 override WG: u32 = 256u;
 // Element width in bytes: 1, 2, 4 or 8.
 override W: u32 = 4u;
 // Indices are int64 (two words each) rather than int32.
 override IDX64: bool = true;
+// 0 Gather, 1 GatherElements, 2 GatherND.
+override MODE: u32 = 0u;
 
 @group(0) @binding(0) var<storage, read> p: array<u32>;
 @group(0) @binding(1) var<storage, read> x: array<u32>;
@@ -30,7 +37,48 @@ fn index(k: u32) -> i32 {
     return bitcast<i32>(idx[k]);
 }
 
+// Index k resolved against a dim of `size`, or NONE.
+fn resolve(k: u32, size: u32) -> u32 {
+    var v = index(k);
+    if (v < 0) { v = v + i32(size); }
+    if (v < 0 || u32(v) >= size) { return NONE; }
+    return u32(v);
+}
+
+fn source_elements(i: u32) -> u32 {
+    let rank = p[1];
+    let axis = p[18];
+    var rem = i;
+    var s = 0u;
+    for (var d = 0u; d < rank; d = d + 1u) {
+        let dim = rank - 1u - d;
+        var c = rem % p[2u + dim];
+        rem = rem / p[2u + dim];
+        if (dim == axis) {
+            c = resolve(i, p[19]);
+            if (c == NONE) { return NONE; }
+        }
+        s = s + c * p[10u + dim];
+    }
+    return s;
+}
+
+fn source_nd(i: u32) -> u32 {
+    let inner = p[1];
+    let rk = p[2];
+    let j = i / inner;
+    var s = (j / max(p[3], 1u)) * p[4] + i % inner;
+    for (var t = 0u; t < rk; t = t + 1u) {
+        let c = resolve(j * rk + t, p[5u + t]);
+        if (c == NONE) { return NONE; }
+        s = s + c * p[13u + t];
+    }
+    return s;
+}
+
 fn source(i: u32) -> u32 {
+    if (MODE == 1u) { return source_elements(i); }
+    if (MODE == 2u) { return source_nd(i); }
     let dim = p[1];
     let inner = p[2];
     let count = p[3];

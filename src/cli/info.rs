@@ -1,6 +1,6 @@
 //! `onyx info`.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
@@ -39,8 +39,21 @@ pub fn info(a: InfoArgs) -> Result<ExitCode> {
         );
     }
 
-    // Which backend can run each op: the core must parse it, then either the executor
-    // handles it (views, control flow, sequences) or the backend has a kernel.
+    // Placement needs a session on the requested device; the op table shows it per op.
+    let session = open(&a.model, &a.session, true);
+    let mut placed: BTreeMap<String, BTreeMap<String, usize>> = BTreeMap::new();
+    if let Ok(s) = &session {
+        for (node, device) in s.placement() {
+            *placed
+                .entry(op_key(&node.domain, &node.op_type))
+                .or_default()
+                .entry(device)
+                .or_default() += 1;
+        }
+    }
+
+    // Whether the CPU can run each op: the core must parse it, then either the
+    // executor handles it (views, control flow, sequences) or the CPU has a kernel.
     let registry = OpRegistry::standard();
     let cpu = onyx_cpu::CpuProvider::default();
     let mut first_node: HashMap<String, &onyx::core::graph::Node> = HashMap::new();
@@ -50,7 +63,10 @@ pub fn info(a: InfoArgs) -> Result<ExitCode> {
         g.op_histogram().values().sum::<usize>(),
         if g.folded_constants > 0 { ", Constant folded into weights" } else { "" }
     );
-    println!("  {:<32} {:>6}  {}", "op", "count", onyx::device::compiled_backends().join(" "));
+    println!(
+        "  {:<32} {:>6}  {:<12} placed on ({} requested)",
+        "op", "count", "cpu", a.session.device
+    );
     for (op, count) in g.op_histogram() {
         let support = if op == "Constant" {
             "yes".to_string()
@@ -73,11 +89,16 @@ pub fn info(a: InfoArgs) -> Result<ExitCode> {
                 None => "?".into(),
             }
         };
-        println!("  {op:<32} {count:>6}  {support}");
+        let on: Vec<String> = placed
+            .get(&op)
+            .map(|m| m.iter().map(|(d, n)| format!("{d} {n}")).collect())
+            .unwrap_or_default();
+        let on = if on.is_empty() { "executor".to_string() } else { on.join(", ") };
+        let on = if session.is_ok() { on } else { "-".into() };
+        println!("  {op:<32} {count:>6}  {support:<12} {on}");
     }
 
-    // Placement and planned memory need a session on the requested device.
-    let session = match open(&a.model, &a.session, true) {
+    let session = match session {
         Ok(s) => s,
         Err(e) => {
             println!("placement on {}: unavailable: {e:#}", a.session.device);
@@ -93,7 +114,7 @@ pub fn info(a: InfoArgs) -> Result<ExitCode> {
     );
     if counts.len() > 1 {
         let primary = &counts[0].0;
-        let fallen: Vec<(String, String)> =
+        let fallen: Vec<_> =
             session.placement().into_iter().filter(|(_, d)| d != primary).collect();
         for (node, device) in fallen.iter().take(40) {
             println!("  {node} -> {device}");
@@ -128,17 +149,21 @@ pub fn info(a: InfoArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// The op histogram's key: the op type, prefixed by its domain outside the default one.
+fn op_key(domain: &str, op_type: &str) -> String {
+    if domain == DEFAULT_DOMAIN || domain == "ai.onnx" {
+        op_type.to_string()
+    } else {
+        format!("{domain}::{op_type}")
+    }
+}
+
 fn collect<'g>(
     g: &'g onyx::core::graph::Graph,
     into: &mut HashMap<String, &'g onyx::core::graph::Node>,
 ) {
     for n in &g.nodes {
-        let key = if n.domain == DEFAULT_DOMAIN {
-            n.op_type.clone()
-        } else {
-            format!("{}::{}", n.domain, n.op_type)
-        };
-        into.entry(key).or_insert(n);
+        into.entry(op_key(&n.domain, &n.op_type)).or_insert(n);
         for (_, attr) in n.attrs.iter() {
             for sub in attr.graphs() {
                 collect(sub, into);

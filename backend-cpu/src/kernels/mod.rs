@@ -12,6 +12,7 @@ mod cast;
 mod conv;
 mod dispatch;
 mod elementwise;
+mod indexing;
 mod matmul;
 mod nn;
 mod pool;
@@ -51,6 +52,7 @@ impl KernelRegistry {
         pool::register_all(&mut r);
         nn::register_all(&mut r);
         shape::register_all(&mut r);
+        indexing::register_all(&mut r);
         cast::register_all(&mut r);
         reduce::register_all(&mut r);
         r

@@ -4,6 +4,7 @@
 
 mod elementwise;
 mod generate;
+mod indexing;
 mod linalg;
 mod movement;
 mod nn;
@@ -160,6 +161,7 @@ impl Registry {
         let mut r = Registry::default();
         elementwise::register_all(&mut r);
         movement::register_all(&mut r);
+        indexing::register_all(&mut r);
         generate::register_all(&mut r);
         reduce::register_all(&mut r);
         nn::register_all(&mut r);

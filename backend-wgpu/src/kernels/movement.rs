@@ -60,7 +60,7 @@ fn signed(v: &[usize]) -> Vec<i64> {
     v.iter().map(|&x| x as i64).collect()
 }
 
-fn width_of(spec: &KernelSpec<'_>, op: &str) -> Result<(u32, DType), EpError> {
+pub(crate) fn width_of(spec: &KernelSpec<'_>, op: &str) -> Result<(u32, DType), EpError> {
     let d = in_dtype(spec, 0)?;
     Ok((width(d).ok_or_else(|| unsupported(op, d))?, d))
 }

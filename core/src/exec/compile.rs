@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use crate::dtype::DType;
 use crate::ep::{EpError, ExecutionProvider, KernelId, KernelSpec, TensorArg};
-use crate::error::{Error, OpError};
+use crate::error::{Error, NodeDesc, OpError};
 use crate::graph::{Attributes, Graph, Node, NodeId, TypeInfo, ValueId, ValueInfo};
 use crate::ops::control::{DeviceCopy, If, merge_facts};
 use crate::ops::sequence::{SequenceKind, SequenceOp};
@@ -136,12 +136,12 @@ impl CompiledGraph {
     }
 
     /// `(node description, provider)` of every kernel node, subgraphs included.
-    pub fn placement(&self) -> Vec<(String, usize)> {
+    pub fn placement(&self) -> Vec<(NodeDesc, usize)> {
         let mut out = Vec::new();
         for s in &self.steps {
             match &s.action {
                 Action::Kernel(_) => {
-                    out.push((self.graph.nodes[s.node.index()].desc().to_string(), s.provider))
+                    out.push((*self.graph.nodes[s.node.index()].desc(), s.provider))
                 }
                 Action::If { then_branch, else_branch } => {
                     out.extend(then_branch.placement());

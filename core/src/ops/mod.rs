@@ -9,6 +9,7 @@ pub mod conv;
 pub mod elementwise;
 mod fact;
 pub mod generate;
+pub mod indexing;
 pub mod linalg;
 pub mod movement;
 pub mod nn;
@@ -86,6 +87,7 @@ impl OpRegistry {
         nn::register_all(&mut r);
         shape::register_all(&mut r);
         movement::register_all(&mut r);
+        indexing::register_all(&mut r);
         generate::register_all(&mut r);
         reduce::register_all(&mut r);
         control::register_all(&mut r);

@@ -66,6 +66,8 @@ shaders! {
     LayerNorm => "layernorm.wgsl",
     /// BatchNormalization in inference mode.
     BatchNorm => "batchnorm.wgsl",
+    /// Resize and Upsample from per-axis tap tables.
+    Resize => "resize.wgsl",
     /// Tiled batched matrix products and Gemm.
     MatMul => "matmul.wgsl",
     /// Direct N-d convolution.

@@ -15,8 +15,10 @@ mod elementwise;
 mod indexing;
 mod matmul;
 mod nn;
+mod pad;
 mod pool;
 mod reduce;
+mod resize;
 mod shape;
 
 use std::collections::HashMap;
@@ -53,6 +55,8 @@ impl KernelRegistry {
         nn::register_all(&mut r);
         shape::register_all(&mut r);
         indexing::register_all(&mut r);
+        pad::register_all(&mut r);
+        resize::register_all(&mut r);
         cast::register_all(&mut r);
         reduce::register_all(&mut r);
         r

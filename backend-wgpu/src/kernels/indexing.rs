@@ -1,8 +1,9 @@
-//! GatherElements and GatherND on the gather shader.
+//! GatherElements, GatherND and Pad on the gather shader.
 
 use onyx_core::dtype::DType;
 use onyx_core::ep::{EpError, KernelSpec};
 use onyx_core::ops::indexing::{GatherElements, GatherNd};
+use onyx_core::ops::pad::Pad;
 use onyx_core::shape::normalize_axis;
 use onyx_shaders::Shader;
 
@@ -11,10 +12,11 @@ use super::{Bind, Dispatch, GpuKernel, Grid, Io, Registry, in_dtype, op, pad8, s
 use super::{unsupported, words};
 
 /// Which gather, with its attribute.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 enum Mode {
     Elements { axis: i64 },
     Nd { batch_dims: usize },
+    Pad(Pad),
 }
 
 struct IndexKernel {
@@ -26,23 +28,25 @@ struct IndexKernel {
 
 impl GpuKernel for IndexKernel {
     fn dispatches(&self, io: &Io<'_>) -> Result<Vec<Dispatch>, EpError> {
-        let (x, idx, y) = (io.input(0)?, io.input(1)?, io.output(0)?);
+        let (x, y) = (io.input(0)?, io.output(0)?);
         let n = y.numel();
         if n == 0 {
             return Ok(vec![]);
         }
         let mut params = vec![u32_of(n)?];
-        let mode = match self.mode {
-            Mode::Elements { axis } => {
+        let mode = match &self.mode {
+            &Mode::Elements { axis } => {
                 let axis = normalize_axis(axis, x.shape.len())
                     .ok_or_else(|| EpError::Kernel(format!("bad axis {axis}")))?;
+                let idx = io.input(1)?;
                 params.push(u32_of(idx.shape.len())?);
                 params.extend(pad8(&idx.shape)?);
                 params.extend(pad8(&strides(&x.shape))?);
                 params.extend([u32_of(axis)?, u32_of(x.shape[axis])?]);
                 1
             }
-            Mode::Nd { batch_dims: b } => {
+            &Mode::Nd { batch_dims: b } => {
+                let idx = io.input(1)?;
                 let q = idx.shape.len();
                 let rk = idx.shape[q - 1];
                 let ds = strides(&x.shape);
@@ -56,12 +60,40 @@ impl GpuKernel for IndexKernel {
                 params.extend(pad8(&ds[b..b + rk])?);
                 2
             }
+            Mode::Pad(pad) => {
+                let kernel = |e: onyx_core::error::OpError| EpError::Kernel(e.to_string());
+                let rank = x.shape.len();
+                let (pads, constant) = match &pad.attrs {
+                    Some((pads, _)) => (Pad::resolve(rank, pads, None).map_err(kernel)?, None),
+                    None => {
+                        let axes = io.has_value(3).then(|| io.ints(3)).transpose()?;
+                        let pads =
+                            Pad::resolve(rank, &io.ints(1)?, axes.as_deref()).map_err(kernel)?;
+                        (pads, io.values.get(2).and_then(Option::as_ref))
+                    }
+                };
+                let mut fill = pad.fill(self.dtype, constant).map_err(kernel)?;
+                fill.resize(8, 0);
+                params.push(u32_of(rank)?);
+                params.extend(pad8(&y.shape)?);
+                params.extend(pad8(&x.shape)?);
+                let before: Vec<i64> = pads.iter().map(|p| p.0).collect();
+                params.extend(super::pad8_signed(&before)?);
+                params.push(pad.mode.code());
+                params.extend([
+                    u32::from_le_bytes([fill[0], fill[1], fill[2], fill[3]]),
+                    u32::from_le_bytes([fill[4], fill[5], fill[6], fill[7]]),
+                ]);
+                3
+            }
         };
+        // Pad has no index tensor: its input stands in for the unused binding.
+        let indices = if mode == 3 { Bind::In(0) } else { Bind::In(1) };
         Ok(vec![
             Dispatch::new(
                 Shader::Gather,
                 params,
-                &[Bind::In(0), Bind::In(1), Bind::Out(0)],
+                &[Bind::In(0), indices, Bind::Out(0)],
                 Grid::Invocations(words(self.dtype, n)),
             )
             .with("W", self.width)
@@ -73,6 +105,9 @@ impl GpuKernel for IndexKernel {
 
 fn build(spec: &KernelSpec<'_>, mode: Mode) -> Result<Box<dyn GpuKernel>, EpError> {
     let (width, dtype) = width_of(spec, &spec.node.op_type)?;
+    if let Mode::Pad(_) = mode {
+        return Ok(Box::new(IndexKernel { mode, width, dtype, idx64: false }));
+    }
     let idx64 = match in_dtype(spec, 1)? {
         DType::I64 => true,
         DType::I32 => false,
@@ -81,10 +116,11 @@ fn build(spec: &KernelSpec<'_>, mode: Mode) -> Result<Box<dyn GpuKernel>, EpErro
     Ok(Box::new(IndexKernel { mode, width, dtype, idx64 }))
 }
 
-/// Registers GatherElements and GatherND.
+/// Registers GatherElements, GatherND and Pad.
 pub(crate) fn register_all(r: &mut Registry) {
     r.register("GatherElements", |s| {
         build(s, Mode::Elements { axis: op::<GatherElements>(s)?.axis })
     });
     r.register("GatherND", |s| build(s, Mode::Nd { batch_dims: op::<GatherNd>(s)?.batch_dims }));
+    r.register("Pad", |s| build(s, Mode::Pad(op::<Pad>(s)?.clone())));
 }

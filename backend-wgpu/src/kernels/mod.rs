@@ -9,6 +9,7 @@ mod linalg;
 mod movement;
 mod nn;
 mod reduce;
+mod resize;
 
 use std::collections::HashMap;
 
@@ -162,6 +163,7 @@ impl Registry {
         elementwise::register_all(&mut r);
         movement::register_all(&mut r);
         indexing::register_all(&mut r);
+        resize::register_all(&mut r);
         generate::register_all(&mut r);
         reduce::register_all(&mut r);
         nn::register_all(&mut r);

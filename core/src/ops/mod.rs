@@ -13,7 +13,9 @@ pub mod indexing;
 pub mod linalg;
 pub mod movement;
 pub mod nn;
+pub mod pad;
 pub mod reduce;
+pub mod resize;
 pub mod sequence;
 pub mod shape;
 
@@ -88,6 +90,8 @@ impl OpRegistry {
         shape::register_all(&mut r);
         movement::register_all(&mut r);
         indexing::register_all(&mut r);
+        pad::register_all(&mut r);
+        resize::register_all(&mut r);
         generate::register_all(&mut r);
         reduce::register_all(&mut r);
         control::register_all(&mut r);

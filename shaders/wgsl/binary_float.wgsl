@@ -74,6 +74,8 @@ fn power(x: f32, z: f32) -> f32 {
 }
 
 fn fmod(x: f32, m: f32) -> f32 {
+    // A finite x over an infinite m is x itself (the formula would give NaN).
+    if (abs(m) > 3.4028235e38 && abs(x) <= 3.4028235e38) { return x; }
     return x - m * trunc(x / m);
 }
 
@@ -88,6 +90,12 @@ fn apply(x: f32, z: f32) -> f32 {
         case 6u: { return select(x, x * z, x < 0.0); }
         case 7u: { if (x != x) { return x; } if (z != z) { return z; } return max(x, z); }
         case 8u: { if (x != x) { return x; } if (z != z) { return z; } return min(x, z); }
+        // Mod with fmod = 0 (numpy's mod): the remainder takes the divisor's sign.
+        case 9u: {
+            let r = fmod(x, z);
+            if (r != 0.0 && (r < 0.0) != (z < 0.0)) { return r + z; }
+            return r;
+        }
         default: { return x; }
     }
 }

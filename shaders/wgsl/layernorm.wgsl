@@ -1,12 +1,18 @@
-// LayerNormalization of f32 tensors over the trailing `len` elements of each
-// row, one workgroup per row, with optional f32 Mean and InvStdDev outputs.
-// Scale and bias have `len` elements (or 1, broadcast).
+// The layer-normalization family on f32 tensors over the trailing `len`
+// elements of each row, one workgroup per row, with optional f32 Mean and
+// InvStdDev outputs. Scale and bias have `len` elements (or 1, broadcast).
+// RMS skips the mean: x / sqrt(mean(x²) + eps) * scale, and writes a zero Mean
+// (as onnxruntime's SkipSimplifiedLayerNormalization does). INPLACE reads the
+// rows from y (x is then bound to any other buffer and never read): WebGPU
+// forbids binding one buffer both read-only and writable in a dispatch.
 //
 // Params (u32 words): [0] rows, [1] len, [2] epsilon (f32 bits), [3] scale count,
 // [4] bias count (0: no bias).
 
 override WG: u32 = 256u;
 override STATS: bool = false;
+override RMS: bool = false;
+override INPLACE: bool = false;
 
 @group(0) @binding(0) var<storage, read> p: array<u32>;
 @group(0) @binding(1) var<storage, read> x: array<f32>;
@@ -17,6 +23,11 @@ override STATS: bool = false;
 @group(0) @binding(6) var<storage, read_write> inv_out: array<f32>;
 
 var<workgroup> acc: array<f32, WG>;
+
+fn load(k: u32) -> f32 {
+    if (INPLACE) { return y[k]; }
+    return x[k];
+}
 
 fn total(lid: u32) -> f32 {
     for (var s = WG / 2u; s > 0u; s = s / 2u) {
@@ -36,13 +47,16 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     if (row >= p[0]) { return; }
     let len = p[1];
     let base = row * len;
-    var s = 0.0;
-    for (var k = lid; k < len; k = k + WG) { s = s + x[base + k]; }
-    acc[lid] = s;
-    let mean = total(lid) / f32(len);
+    var mean = 0.0;
+    if (!RMS) {
+        var s = 0.0;
+        for (var k = lid; k < len; k = k + WG) { s = s + load(base + k); }
+        acc[lid] = s;
+        mean = total(lid) / f32(len);
+    }
     var q = 0.0;
     for (var k = lid; k < len; k = k + WG) {
-        let d = x[base + k] - mean;
+        let d = load(base + k) - mean;
         q = q + d * d;
     }
     acc[lid] = q;
@@ -51,7 +65,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         let g = scale[select(k, 0u, p[3] == 1u)];
         var b = 0.0;
         if (p[4] > 0u) { b = bias[select(k, 0u, p[4] == 1u)]; }
-        y[base + k] = (x[base + k] - mean) * inv * g + b;
+        y[base + k] = (load(base + k) - mean) * inv * g + b;
     }
     if (STATS && lid == 0u) {
         mean_out[row] = mean;

@@ -4,17 +4,23 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result, anyhow};
 use onyx::conformance::SessionRuntime;
-use onyx_conformance::{check_manifest, discover, ensure_node_suite, read_manifest, run_suite};
+use onyx_conformance::{
+    check_manifest, discover, ensure_node_suite, ensure_ort_suite, read_manifest, run_suite,
+};
 use regex::Regex;
 
 use super::ConformanceArgs;
 
 pub fn conformance(a: ConformanceArgs) -> Result<ExitCode> {
-    let dir = match a.data {
-        Some(d) => d,
-        None => {
+    let dir = match (a.data, a.suite.as_str()) {
+        (Some(d), _) => d,
+        (None, "node") => {
             ensure_node_suite().map_err(|e| anyhow!(e)).context("preparing the ONNX node suite")?
         }
+        (None, "ort") => ensure_ort_suite()
+            .map_err(|e| anyhow!(e))
+            .context("preparing the onnxruntime-generated cases")?,
+        (None, other) => anyhow::bail!("--suite {other}: expected node or ort"),
     };
     let filter = a.filter.as_deref().map(Regex::new).transpose().context("--filter")?;
     let cases =

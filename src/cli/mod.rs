@@ -116,9 +116,12 @@ struct ConformanceArgs {
     /// Write <backend>.json and <backend>.md here.
     #[arg(long)]
     report: Option<PathBuf>,
-    /// The suite folder (default: $ONYX_TESTDATA/node or target/onnx-testdata/node; generated if missing).
+    /// The suite folder (default: the --suite folder under $ONYX_TESTDATA or target/onnx-testdata; generated if missing).
     #[arg(long)]
     data: Option<PathBuf>,
+    /// Which generated suite: `node` (the ONNX node suite) or `ort` (onnxruntime-generated cases for contrib ops).
+    #[arg(long, default_value = "node")]
+    suite: String,
     /// Compare with this manifest of expected passes; regressions make the exit code 1.
     #[arg(long)]
     manifest: Option<PathBuf>,

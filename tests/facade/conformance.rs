@@ -1,25 +1,28 @@
-//! The ONNX node suite on the CPU backend against its manifest of expected passes.
-//! A case in the manifest that stops passing fails this test; a newly passing
-//! case is printed so it can be added.
+//! The ONNX node suite and the onnxruntime-generated cases, per backend,
+//! against manifests of expected passes. A case in a manifest that stops
+//! passing fails its test; a newly passing case is printed so it can be added.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use onyx::conformance::SessionRuntime;
-use onyx_conformance::{check_manifest, discover, ensure_node_suite, read_manifest, run_suite};
+use onyx_conformance::{
+    check_manifest, discover, ensure_node_suite, ensure_ort_suite, read_manifest, run_suite,
+};
 
-/// Runs the whole suite on `device` with fallback forbidden and checks the manifest.
-fn check(device: &str, manifest: &str) {
-    let dir = ensure_node_suite().unwrap_or_else(|e| panic!("{e}"));
+/// Runs a whole suite on `device` with fallback forbidden and checks the manifest.
+fn check(suite: fn() -> Result<PathBuf, String>, device: &str, manifest: &str) {
+    let dir = suite().unwrap_or_else(|e| panic!("{e}"));
     let cases = discover(&dir, None).unwrap();
     let report =
         run_suite(&SessionRuntime::new(device, true).unwrap_or_else(|e| panic!("{e}")), &cases);
-    let out = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/conformance");
+    let name = manifest.trim_end_matches(".txt");
+    let out = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/conformance").join(name);
     report.write(&out).unwrap();
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/manifests").join(manifest);
     let check = check_manifest(&report, &read_manifest(&manifest).unwrap());
     let c = report.counts();
     println!(
-        "cpu: {} passed, {} failed, {} errors, {} unsupported of {}",
+        "{name}: {} passed, {} failed, {} errors, {} unsupported of {}",
         c.pass,
         c.fail,
         c.error,
@@ -44,7 +47,12 @@ fn check(device: &str, manifest: &str) {
 
 #[test]
 fn the_cpu_backend_passes_every_case_in_its_manifest() {
-    check("cpu", "node-cpu.txt");
+    check(ensure_node_suite, "cpu", "node-cpu.txt");
+}
+
+#[test]
+fn the_cpu_backend_passes_every_onnxruntime_case_in_its_manifest() {
+    check(ensure_ort_suite, "cpu", "ort-cpu.txt");
 }
 
 /// On Mesa lavapipe in CI; set `ONYX_SKIP_WGPU=1` on a machine with no adapter.
@@ -55,5 +63,16 @@ fn the_wgpu_backend_passes_every_case_in_its_manifest_without_fallback() {
         eprintln!("ONYX_SKIP_WGPU is set: skipping");
         return;
     }
-    check("wgpu", "node-wgpu.txt");
+    check(ensure_node_suite, "wgpu", "node-wgpu.txt");
+}
+
+/// On Mesa lavapipe in CI; set `ONYX_SKIP_WGPU=1` on a machine with no adapter.
+#[cfg(feature = "wgpu")]
+#[test]
+fn the_wgpu_backend_passes_every_onnxruntime_case_in_its_manifest_without_fallback() {
+    if std::env::var_os("ONYX_SKIP_WGPU").is_some() {
+        eprintln!("ONYX_SKIP_WGPU is set: skipping");
+        return;
+    }
+    check(ensure_ort_suite, "wgpu", "ort-wgpu.txt");
 }

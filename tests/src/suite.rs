@@ -24,23 +24,45 @@ pub struct Case {
 
 /// Where the node suite lives: `$ONYX_TESTDATA/node`, else `target/onnx-testdata/node`.
 pub fn node_suite_dir() -> PathBuf {
+    testdata_dir().join("node")
+}
+
+/// Where the onnxruntime-generated cases live: `$ONYX_TESTDATA/ort`, else `target/onnx-testdata/ort`.
+pub fn ort_suite_dir() -> PathBuf {
+    testdata_dir().join("ort")
+}
+
+fn testdata_dir() -> PathBuf {
     match std::env::var_os("ONYX_TESTDATA") {
-        Some(d) => PathBuf::from(d).join("node"),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/onnx-testdata/node"),
+        Some(d) => PathBuf::from(d),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/onnx-testdata"),
     }
 }
 
-/// Returns the suite folder, generating it with the fetch script (python3 with
-/// the `onnx` package) when it is not there yet.
+/// Returns the node-suite folder, generating it with `scripts/fetch_node_suite.py`
+/// (python3 with the `onnx` package) when it is not there yet.
 ///
 /// # Errors
 /// A message saying how to install what is missing.
 pub fn ensure_node_suite() -> Result<PathBuf, String> {
-    let dir = node_suite_dir();
+    ensure(node_suite_dir(), "fetch_node_suite.py", "pip install onnx==1.23.0")
+}
+
+/// Returns the folder of onnxruntime-generated cases (contrib ops and other
+/// ops outside the node suite), generating it with `scripts/gen_ort_cases.py`
+/// (python3 with `onnx` and `onnxruntime`) when it is not there yet.
+///
+/// # Errors
+/// A message saying how to install what is missing.
+pub fn ensure_ort_suite() -> Result<PathBuf, String> {
+    ensure(ort_suite_dir(), "gen_ort_cases.py", "pip install onnx==1.23.0 onnxruntime==1.32.0")
+}
+
+fn ensure(dir: PathBuf, script: &str, install: &str) -> Result<PathBuf, String> {
     if dir.join("SUITE.json").exists() {
         return Ok(dir);
     }
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/fetch_node_suite.py");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts").join(script);
     let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
     let status = Command::new(&python)
         .arg(&script)
@@ -49,7 +71,7 @@ pub fn ensure_node_suite() -> Result<PathBuf, String> {
         .map_err(|e| format!("cannot run {python} {}: {e}", script.display()))?;
     if !status.success() {
         return Err(format!(
-            "{} failed ({status}); install the suite's generator with `pip install onnx==1.23.0`",
+            "{} failed ({status}); install what it needs with `{install}`",
             script.display()
         ));
     }

@@ -115,8 +115,14 @@ macro_rules! int_arith {
         fn wmul(self, o: Self) -> Self { self.wrapping_mul(o) }
         fn wdiv(self, o: Self) -> Self { if o == 0 { 0 } else { self.wrapping_div(o) } }
         fn wrem(self, o: Self) -> Self { if o == 0 { 0 } else { self.wrapping_rem(o) } }
-        fn shl(self, o: Self) -> Self { self.checked_shl(o as u32).unwrap_or(0) }
-        fn shr(self, o: Self) -> Self { self.checked_shr(o as u32).unwrap_or(0) }
+        // The shift counts as unsigned (a negative one is past the width); past
+        // the width a left shift gives 0 and a right shift the sign fill.
+        fn shl(self, o: Self) -> Self {
+            if o as u64 >= <$t>::BITS as u64 { 0 } else { self << (o as u32) }
+        }
+        fn shr(self, o: Self) -> Self {
+            if o as u64 >= <$t>::BITS as u64 { self >> (<$t>::BITS - 1) >> 1 } else { self >> (o as u32) }
+        }
     })* };
 }
 int_arith!(i8, i16, i32, i64, u8, u16, u32, u64);
@@ -134,7 +140,12 @@ fn float_binary<F: FloatExt + AsF64>(
         Mul => zip2(io, |a: F, b: F| a * b),
         Div => zip2(io, |a: F, b: F| a / b),
         Pow => pow::<F>(io, exp_dtype),
-        Mod { .. } => zip2(io, |a: F, b: F| a % b),
+        Mod { fmod: true } => zip2(io, |a: F, b: F| a % b),
+        // numpy's mod: the remainder takes the divisor's sign.
+        Mod { fmod: false } => zip2(io, |a: F, b: F| {
+            let r = a % b;
+            if r != zero && (r < zero) != (b < zero) { r + b } else { r }
+        }),
         Equal => zip2(io, |a: F, b: F| (a == b) as u8),
         Less => zip2(io, |a: F, b: F| (a < b) as u8),
         Greater => zip2(io, |a: F, b: F| (a > b) as u8),
@@ -221,14 +232,13 @@ fn build_binary(spec: &KernelSpec<'_>) -> Result<Box<dyn CpuKernel>, EpError> {
     let ok = match kind {
         And | Or | Xor => dtype == DType::Bool,
         Equal => float || int || dtype == DType::Bool,
-        BitShiftLeft | BitShiftRight => int && !dtype.is_signed_int(),
+        BitShiftLeft | BitShiftRight => int,
         BitwiseAnd | BitwiseOr | BitwiseXor => int,
         Pow => {
             (float || int)
                 && (exp_dtype.is_int() || exp_dtype.is_float())
                 && exp_dtype.is_byte_aligned()
         }
-        Mod { fmod: false } => int,
         _ => float || int,
     };
     if !ok {

@@ -15,6 +15,7 @@ mod elementwise;
 mod indexing;
 mod matmul;
 mod nn;
+mod norm;
 mod pad;
 mod pool;
 mod reduce;
@@ -53,6 +54,7 @@ impl KernelRegistry {
         conv::register_all(&mut r);
         pool::register_all(&mut r);
         nn::register_all(&mut r);
+        norm::register_all(&mut r);
         shape::register_all(&mut r);
         indexing::register_all(&mut r);
         pad::register_all(&mut r);
@@ -64,7 +66,12 @@ impl KernelRegistry {
 
     /// Registers a builder for a default-domain op.
     pub fn register(&mut self, op_type: &str, builder: KernelBuilder) {
-        self.builders.insert((onyx_core::graph::DEFAULT_DOMAIN.into(), op_type.into()), builder);
+        self.register_in(onyx_core::graph::DEFAULT_DOMAIN, op_type, builder);
+    }
+
+    /// Registers a builder for an op of any domain.
+    pub fn register_in(&mut self, domain: &str, op_type: &str, builder: KernelBuilder) {
+        self.builders.insert((domain.into(), op_type.into()), builder);
     }
 
     /// Whether an op has a kernel.

@@ -1,17 +1,17 @@
-//! Softmax family, LayerNormalization, BatchNormalization (inference) and Dropout.
+//! Softmax family, BatchNormalization (inference) and Dropout.
 //! Each reads a whole row before writing it, so the in-place case needs no copy.
 
 use onyx_core::dtype::DType;
 use onyx_core::ep::{EpError, KernelSpec};
-use onyx_core::ops::nn::{BatchNorm, LayerNorm, Softmax, SoftmaxKind};
+use onyx_core::ops::nn::{BatchNorm, Softmax, SoftmaxKind};
 use rayon::prelude::*;
 
 use super::dispatch::{AsF64, floats};
-use super::{CpuKernel, KernelIo, KernelRegistry, in_dtype, op, out_dtype, unsupported_dtype};
+use super::{CpuKernel, KernelIo, KernelRegistry, in_dtype, op, unsupported_dtype};
 
 /// Output 0, after copying input 0 into it unless they already share the buffer.
 #[allow(clippy::mut_from_ref)]
-fn output_from_input<T: bytemuck::Pod>(io: &KernelIo) -> Result<&mut [T], EpError> {
+pub(crate) fn output_from_input<T: bytemuck::Pod>(io: &KernelIo) -> Result<&mut [T], EpError> {
     if !io.aliased(0, 0) {
         let x = io.input::<T>(0)?;
         let out = io.output::<T>(0)?;
@@ -21,7 +21,7 @@ fn output_from_input<T: bytemuck::Pod>(io: &KernelIo) -> Result<&mut [T], EpErro
     io.output::<T>(0)
 }
 
-fn is_float(d: DType) -> bool {
+pub(crate) fn is_float(d: DType) -> bool {
     matches!(d, DType::F32 | DType::F64 | DType::F16 | DType::BF16)
 }
 
@@ -123,88 +123,6 @@ fn build_softmax(spec: &KernelSpec<'_>) -> Result<Box<dyn CpuKernel>, EpError> {
     Ok(Box::new(SoftmaxKernel { op: s, dtype }))
 }
 
-struct LayerNormKernel {
-    op: LayerNorm,
-    dtype: DType,
-    stat_dtype: DType,
-}
-
-fn layer_norm<T: AsF64 + bytemuck::Pod + Send + Sync, S: AsF64 + bytemuck::Pod + Send + Sync>(
-    io: &KernelIo,
-    ln: &LayerNorm,
-) -> Result<(), EpError> {
-    let shape = io.in_view(0)?.shape.clone();
-    let axis = ln.axis(shape.len()).map_err(|e| EpError::Kernel(e.to_string()))?;
-    let len: usize = shape[axis..].iter().product();
-    let (vs, vb) = (io.in_view(1)?, io.input_view(2));
-    let scale_shape = vs.shape.clone();
-    let scale: Vec<f64> = io.input::<T>(1)?.iter().map(|v| v.to_f64()).collect();
-    let bias: Option<Vec<f64>> = match vb {
-        Some(_) => Some(io.input::<T>(2)?.iter().map(|v| v.to_f64()).collect()),
-        None => None,
-    };
-    // Scale and bias broadcast to the normalized block [len].
-    let expand = |v: &[f64], s: &[usize]| -> Result<Vec<f64>, EpError> {
-        if v.len() == len {
-            Ok(v.to_vec())
-        } else if v.len() == 1 {
-            Ok(vec![v[0]; len])
-        } else {
-            Err(EpError::Kernel(format!(
-                "scale/bias of shape {s:?} does not broadcast to {:?}",
-                &shape[axis..]
-            )))
-        }
-    };
-    let scale = expand(&scale, &scale_shape)?;
-    let bias = match (&bias, vb) {
-        (Some(b), Some(v)) => Some(expand(b, &v.shape)?),
-        _ => None,
-    };
-    let eps = ln.epsilon as f64;
-    let data = output_from_input::<T>(io)?;
-    let rows = data.len().checked_div(len).unwrap_or(0);
-    let mut stats = vec![(0f64, 0f64); rows];
-    if len > 0 {
-        data.par_chunks_mut(len).zip(stats.par_iter_mut()).for_each(|(row, st)| {
-            let n = len as f64;
-            let mean = row.iter().map(|v| v.to_f64()).sum::<f64>() / n;
-            let var = row.iter().map(|v| (v.to_f64() - mean).powi(2)).sum::<f64>() / n;
-            let inv = 1.0 / (var + eps).sqrt();
-            for (i, v) in row.iter_mut().enumerate() {
-                let y = (v.to_f64() - mean) * inv * scale[i] + bias.as_ref().map_or(0.0, |b| b[i]);
-                *v = T::from_f64(y);
-            }
-            *st = (mean, inv);
-        });
-    }
-    if io.has_output(1) {
-        io.output::<S>(1)?.iter_mut().zip(&stats).for_each(|(o, s)| *o = S::from_f64(s.0));
-    }
-    if io.has_output(2) {
-        io.output::<S>(2)?.iter_mut().zip(&stats).for_each(|(o, s)| *o = S::from_f64(s.1));
-    }
-    Ok(())
-}
-
-impl CpuKernel for LayerNormKernel {
-    fn run(&self, io: &mut KernelIo) -> Result<(), EpError> {
-        floats!(self.dtype, T => floats!(self.stat_dtype, S => layer_norm::<T, S>(io, &self.op),
-            else Err(unsupported_dtype("LayerNormalization stats", self.stat_dtype))),
-            else Err(unsupported_dtype("LayerNormalization", self.dtype)))
-    }
-}
-
-fn build_layer_norm(spec: &KernelSpec<'_>) -> Result<Box<dyn CpuKernel>, EpError> {
-    let ln = op::<LayerNorm>(spec)?.clone();
-    let dtype = in_dtype(spec, 0)?;
-    let stat_dtype = out_dtype(spec, 1).or_else(|_| out_dtype(spec, 2)).unwrap_or(ln.stash_type);
-    if !is_float(dtype) || !is_float(stat_dtype) {
-        return Err(unsupported_dtype("LayerNormalization", dtype));
-    }
-    Ok(Box::new(LayerNormKernel { op: ln, dtype, stat_dtype }))
-}
-
 struct BatchNormKernel {
     epsilon: f64,
     dtype: DType,
@@ -302,7 +220,6 @@ pub fn register_all(r: &mut KernelRegistry) {
     for op in ["Softmax", "LogSoftmax", "Hardmax"] {
         r.register(op, build_softmax);
     }
-    r.register("LayerNormalization", build_layer_norm);
     r.register("BatchNormalization", build_batch_norm);
     r.register("Dropout", build_dropout);
 }

@@ -2,7 +2,7 @@
 
 use onyx_core::dtype::DType;
 use onyx_core::ep::EpError;
-use onyx_core::ops::pad::Pad;
+use onyx_core::ops::pad::{Pad, PadLaunch};
 use onyx_core::shape::strides;
 use rayon::prelude::*;
 
@@ -11,23 +11,18 @@ use super::dispatch::by_width;
 use super::{CpuKernel, KernelIo, KernelRegistry, in_dtype, op};
 
 /// The resolved pads and fill bytes of one launch.
-pub(crate) fn launch_pads(io: &KernelIo, p: &Pad) -> Result<(Vec<(i64, i64)>, Vec<u8>), EpError> {
+fn launch(io: &KernelIo, p: &Pad) -> Result<PadLaunch, EpError> {
     let v = io.in_view(0)?;
-    let (rank, dtype) = (v.shape.len(), v.dtype);
-    let kernel = |e: onyx_core::error::OpError| EpError::Kernel(e.to_string());
-    let (pads, constant) = match &p.attrs {
-        Some((pads, _)) => (Pad::resolve(rank, pads, None).map_err(kernel)?, None),
-        None => {
-            let axes = io.present(3).then(|| io.ints(3)).transpose()?;
-            let pads = Pad::resolve(rank, &io.ints(1)?, axes.as_deref()).map_err(kernel)?;
-            (pads, io.present(2).then(|| io.host(2)).transpose()?)
-        }
-    };
-    Ok((pads, p.fill(dtype, constant.as_ref()).map_err(kernel)?))
+    let opt = |i: usize| io.present(i).then(|| io.ints(i)).transpose();
+    let (pads, axes) = if p.attrs.is_some() { (None, None) } else { (opt(1)?, opt(3)?) };
+    let constant =
+        if p.attrs.is_some() { None } else { io.present(2).then(|| io.host(2)).transpose()? };
+    p.launch(v.shape.len(), v.dtype, pads.as_deref(), axes.as_deref(), constant.as_ref())
+        .map_err(|e| EpError::Kernel(e.to_string()))
 }
 
 fn pad<T: bytemuck::Pod + Send + Sync>(io: &KernelIo, p: &Pad) -> Result<(), EpError> {
-    let (pads, fill) = launch_pads(io, p)?;
+    let PadLaunch { pads, fill } = launch(io, p)?;
     let fill: T = bytemuck::pod_read_unaligned(&fill);
     let dims = io.in_view(0)?.shape.clone();
     let out_dims = io.out_view(0)?.shape.clone();

@@ -197,7 +197,8 @@ fn float_binary(kind: BinaryKind) -> Option<u32> {
         Mul => 2,
         Div => 3,
         Pow => 4,
-        Mod { .. } => 5,
+        Mod { fmod: true } => 5,
+        Mod { fmod: false } => 9,
         PRelu => 6,
         Equal => 100,
         Less => 101,
@@ -338,6 +339,27 @@ impl GpuKernel for BinaryKernel {
     fn in_place(&self) -> bool {
         self.f32_in_place()
     }
+}
+
+/// An f32 Add of two broadcasting operands written to `out`; an operand bound
+/// to `out` itself is updated in place.
+pub(crate) fn add_f32(
+    out_shape: &[usize],
+    a: (&[usize], Bind),
+    b: (&[usize], Bind),
+    out: Bind,
+) -> Result<Dispatch, EpError> {
+    let add =
+        BinaryKernel { shader: Shader::BinaryFloat, op: 0, dt_in: DType::F32, dt_out: DType::F32 };
+    // The binary dispatch writes Out(0): build it so, then retarget to `out`.
+    let as_out = |x: Bind| if x == out { Bind::Out(0) } else { x };
+    let mut d = add.dispatch(out_shape, (a.0, as_out(a.1)), (b.0, as_out(b.1)))?;
+    for (_, bind) in d.binds.iter_mut() {
+        if *bind == Bind::Out(0) {
+            *bind = out;
+        }
+    }
+    Ok(d)
 }
 
 /// The element count of `input` when it broadcasts to `out` as a trailing

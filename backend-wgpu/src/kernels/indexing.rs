@@ -61,18 +61,15 @@ impl GpuKernel for IndexKernel {
                 2
             }
             Mode::Pad(pad) => {
-                let kernel = |e: onyx_core::error::OpError| EpError::Kernel(e.to_string());
                 let rank = x.shape.len();
-                let (pads, constant) = match &pad.attrs {
-                    Some((pads, _)) => (Pad::resolve(rank, pads, None).map_err(kernel)?, None),
-                    None => {
-                        let axes = io.has_value(3).then(|| io.ints(3)).transpose()?;
-                        let pads =
-                            Pad::resolve(rank, &io.ints(1)?, axes.as_deref()).map_err(kernel)?;
-                        (pads, io.values.get(2).and_then(Option::as_ref))
-                    }
-                };
-                let mut fill = pad.fill(self.dtype, constant).map_err(kernel)?;
+                let opt = |i: usize| io.has_value(i).then(|| io.ints(i)).transpose();
+                let (pads, axes) =
+                    if pad.attrs.is_some() { (None, None) } else { (opt(1)?, opt(3)?) };
+                let constant = io.values.get(2).and_then(Option::as_ref);
+                let launch = pad
+                    .launch(rank, self.dtype, pads.as_deref(), axes.as_deref(), constant)
+                    .map_err(|e| EpError::Kernel(e.to_string()))?;
+                let (pads, mut fill) = (launch.pads, launch.fill);
                 fill.resize(8, 0);
                 params.push(u32_of(rank)?);
                 params.extend(pad8(&y.shape)?);

@@ -8,6 +8,7 @@ mod indexing;
 mod linalg;
 mod movement;
 mod nn;
+mod norm;
 mod reduce;
 mod resize;
 
@@ -154,7 +155,7 @@ pub(crate) type Builder = fn(&KernelSpec<'_>) -> Result<Box<dyn GpuKernel>, EpEr
 /// `(domain, op_type)` → builder.
 #[derive(Default)]
 pub(crate) struct Registry {
-    builders: HashMap<String, Builder>,
+    builders: HashMap<(String, String), Builder>,
 }
 
 impl Registry {
@@ -167,30 +168,32 @@ impl Registry {
         generate::register_all(&mut r);
         reduce::register_all(&mut r);
         nn::register_all(&mut r);
+        norm::register_all(&mut r);
         linalg::register_all(&mut r);
         r
     }
 
     pub fn register(&mut self, op_type: &str, builder: Builder) {
-        self.builders.insert(op_type.to_string(), builder);
+        self.register_in(onyx_core::graph::DEFAULT_DOMAIN, op_type, builder);
+    }
+
+    pub fn register_in(&mut self, domain: &str, op_type: &str, builder: Builder) {
+        self.builders.insert((domain.to_string(), op_type.to_string()), builder);
     }
 
     pub fn contains(&self, domain: &str, op_type: &str) -> bool {
-        domain == onyx_core::graph::DEFAULT_DOMAIN && self.builders.contains_key(op_type)
+        self.builders.contains_key(&(domain.to_string(), op_type.to_string()))
     }
 
     pub fn build(&self, spec: &KernelSpec<'_>) -> Result<Box<dyn GpuKernel>, EpError> {
         let node = spec.node;
-        if node.domain != onyx_core::graph::DEFAULT_DOMAIN {
-            return Err(EpError::Unsupported(format!(
-                "no wgpu kernel for {}::{}",
-                node.domain, node.op_type
-            )));
-        }
-        let b = self
-            .builders
-            .get(&node.op_type)
-            .ok_or_else(|| EpError::Unsupported(format!("no wgpu kernel for {}", node.op_type)))?;
+        let b =
+            self.builders.get(&(node.domain.clone(), node.op_type.clone())).ok_or_else(|| {
+                EpError::Unsupported(format!(
+                    "no wgpu kernel for {}::{}",
+                    node.domain, node.op_type
+                ))
+            })?;
         b(spec)
     }
 }

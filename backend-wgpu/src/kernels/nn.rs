@@ -1,13 +1,11 @@
-//! Softmax family, LayerNormalization and BatchNormalization (f32).
+//! Softmax family and BatchNormalization (f32).
 
 use onyx_core::dtype::DType;
 use onyx_core::ep::{EpError, KernelSpec};
-use onyx_core::ops::nn::{BatchNorm, LayerNorm, Softmax, SoftmaxKind};
+use onyx_core::ops::nn::{BatchNorm, Softmax, SoftmaxKind};
 use onyx_shaders::Shader;
 
-use super::{
-    Bind, Dispatch, GpuKernel, Grid, Io, Registry, in_dtype, op, out_dtype, u32_of, unsupported,
-};
+use super::{Bind, Dispatch, GpuKernel, Grid, Io, Registry, in_dtype, op, u32_of, unsupported};
 
 struct SoftmaxKernel {
     op: Softmax,
@@ -39,50 +37,6 @@ impl GpuKernel for SoftmaxKernel {
     }
 }
 
-struct LayerNormKernel {
-    op: LayerNorm,
-}
-
-impl GpuKernel for LayerNormKernel {
-    fn dispatches(&self, io: &Io<'_>) -> Result<Vec<Dispatch>, EpError> {
-        let x = io.input(0)?;
-        let axis = self.op.axis(x.shape.len()).map_err(|e| EpError::Kernel(e.to_string()))?;
-        let len: usize = x.shape[axis..].iter().product();
-        let rows = x.numel().checked_div(len).unwrap_or(0);
-        if rows == 0 {
-            return Ok(vec![]);
-        }
-        let scale = io.input(1)?.numel();
-        let bias = if io.has_input(2) { io.input(2)?.numel() } else { 0 };
-        for (what, n) in [("scale", scale), ("bias", bias)] {
-            if n != 0 && n != 1 && n != len {
-                return Err(EpError::Unsupported(format!(
-                    "LayerNormalization {what} of {n} elements for rows of {len} on wgpu"
-                )));
-            }
-        }
-        let stats = io.has_output(1) || io.has_output(2);
-        let out = |o: usize| if io.has_output(o) { Bind::Out(o) } else { Bind::Dummy };
-        let params = vec![
-            u32_of(rows)?,
-            u32_of(len)?,
-            self.op.epsilon.to_bits(),
-            u32_of(scale)?,
-            u32_of(bias)?,
-        ];
-        let bias_bind = if bias > 0 { Bind::In(2) } else { Bind::In(1) };
-        // Unrequested stats still have bindings in the layout: throwaway buffers fill them.
-        let d = Dispatch::new(
-            Shader::LayerNorm,
-            params,
-            &[Bind::In(0), Bind::In(1), bias_bind, Bind::Out(0), out(1), out(2)],
-            Grid::Workgroups(rows as u64),
-        )
-        .with("STATS", stats as u8 as f64);
-        Ok(vec![d])
-    }
-}
-
 struct BatchNormKernel {
     epsilon: f32,
 }
@@ -106,7 +60,7 @@ impl GpuKernel for BatchNormKernel {
     }
 }
 
-fn f32_only(s: &KernelSpec<'_>, slots: usize) -> Result<(), EpError> {
+pub(crate) fn f32_only(s: &KernelSpec<'_>, slots: usize) -> Result<(), EpError> {
     for i in 0..slots {
         if let Some(d) = s.input_dtypes.get(i).copied().flatten() {
             if d != DType::F32 {
@@ -117,7 +71,7 @@ fn f32_only(s: &KernelSpec<'_>, slots: usize) -> Result<(), EpError> {
     Ok(())
 }
 
-/// Registers the nn kernels.
+/// Registers the softmax family and BatchNormalization.
 pub(crate) fn register_all(r: &mut Registry) {
     for name in ["Softmax", "LogSoftmax", "Hardmax"] {
         r.register(name, |s| {
@@ -125,17 +79,6 @@ pub(crate) fn register_all(r: &mut Registry) {
             Ok(Box::new(SoftmaxKernel { op: op::<Softmax>(s)?.clone() }))
         });
     }
-    r.register("LayerNormalization", |s| {
-        f32_only(s, 3)?;
-        for o in 1..3 {
-            if let Ok(d) = out_dtype(s, o) {
-                if d != DType::F32 {
-                    return Err(unsupported("LayerNormalization stats", d));
-                }
-            }
-        }
-        Ok(Box::new(LayerNormKernel { op: op::<LayerNorm>(s)?.clone() }))
-    });
     r.register("BatchNormalization", |s| {
         f32_only(s, 5)?;
         let _ = in_dtype(s, 0)?;

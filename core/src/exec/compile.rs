@@ -381,11 +381,17 @@ impl<'a> Pass<'a> {
 
     fn node(&mut self, source: &Node) -> Result<(), Error> {
         let desc = || source.desc();
-        let op = self
+        let mut op = self
             .opts
             .registry
             .build(source)
             .map_err(|source| Error::Op { node: desc(), source })?;
+        let declared: Vec<Option<DType>> = source
+            .outputs
+            .iter()
+            .map(|o| o.and_then(|v| self.source.value(v).declared.as_ref()?.tensor_dtype()))
+            .collect();
+        op.declared_outputs(&declared);
         let in_facts: Vec<Option<Fact>> =
             source.inputs.iter().map(|i| i.and_then(|v| self.facts[v.index()].clone())).collect();
         if let Some((slot, _)) =

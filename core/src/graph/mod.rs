@@ -15,6 +15,9 @@ use crate::tensor::Tensor;
 /// The default ONNX domain, as Onyx spells it (the empty string in files).
 pub const DEFAULT_DOMAIN: &str = "ai.onnx";
 
+/// onnxruntime's contrib-op domain.
+pub const MICROSOFT_DOMAIN: &str = "com.microsoft";
+
 /// Index of a value in [`Graph::values`].
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ValueId(pub u32);

@@ -13,6 +13,7 @@ pub mod indexing;
 pub mod linalg;
 pub mod movement;
 pub mod nn;
+pub mod norm;
 pub mod pad;
 pub mod reduce;
 pub mod resize;
@@ -58,6 +59,11 @@ pub trait Op: fmt::Debug + Send + Sync + Any {
     fn view_of(&self) -> Option<usize> {
         None
     }
+
+    /// The dtypes the model declares for the node's outputs (`None` where
+    /// undeclared), given once after building. Ops whose output dtypes the
+    /// spec leaves to the model take them from here; others ignore it.
+    fn declared_outputs(&mut self, _dtypes: &[Option<crate::dtype::DType>]) {}
 }
 
 /// Downcasts an op to its concrete type.
@@ -87,6 +93,7 @@ impl OpRegistry {
         linalg::register_all(&mut r);
         conv::register_all(&mut r);
         nn::register_all(&mut r);
+        norm::register_all(&mut r);
         shape::register_all(&mut r);
         movement::register_all(&mut r);
         indexing::register_all(&mut r);

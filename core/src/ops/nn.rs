@@ -1,9 +1,9 @@
-//! Neural-network ops: the softmax family, normalizations and Dropout (inference).
+//! Neural-network ops: the softmax family, BatchNormalization and Dropout (inference).
 
 use super::{Fact, InferInputs, Op, OpRegistry, check_inputs};
 use crate::dtype::DType;
 use crate::error::OpError;
-use crate::shape::{Dim, Shape, normalize_axis};
+use crate::shape::normalize_axis;
 
 /// Which softmax-like function.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -66,51 +66,6 @@ impl Op for Softmax {
     }
 }
 
-/// `LayerNormalization` (opset 17) over the trailing dims from `axis`.
-#[derive(Debug, Clone)]
-pub struct LayerNorm {
-    /// First normalized axis.
-    pub axis: i64,
-    /// Added to the variance.
-    pub epsilon: f32,
-    /// Dtype of the Mean / InvStdDev outputs.
-    pub stash_type: DType,
-}
-
-impl LayerNorm {
-    /// The normalized axis, made non-negative.
-    ///
-    /// # Errors
-    /// [`OpError::Shape`] when out of range.
-    pub fn axis(&self, rank: usize) -> Result<usize, OpError> {
-        normalize_axis(self.axis, rank).ok_or_else(|| {
-            OpError::Shape(format!("axis {} out of range for rank {rank}", self.axis))
-        })
-    }
-}
-
-impl Op for LayerNorm {
-    fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<Fact>, OpError> {
-        let x = inputs.get(0)?;
-        let Some(sx) = &x.shape else {
-            return Ok(vec![
-                x.clone(),
-                Fact::unranked(self.stash_type),
-                Fact::unranked(self.stash_type),
-            ]);
-        };
-        let axis = self.axis(sx.rank())?;
-        let mut stat = sx.0[..axis].to_vec();
-        stat.extend(std::iter::repeat_n(Dim::Known(1), sx.rank() - axis));
-        let stat = Fact::new(self.stash_type, Shape(stat));
-        Ok(vec![x.with_dtype(x.dtype), stat.clone(), stat])
-    }
-
-    fn in_place(&self) -> Vec<usize> {
-        vec![0]
-    }
-}
-
 /// `BatchNormalization` in inference mode: per-channel affine with running statistics.
 #[derive(Debug, Clone)]
 pub struct BatchNorm {
@@ -144,7 +99,7 @@ impl Op for Dropout {
     }
 }
 
-/// Registers the softmax family, the normalizations and Dropout.
+/// Registers the softmax family, BatchNormalization and Dropout.
 pub fn register_all(r: &mut OpRegistry) {
     for (op, kind) in [
         ("Softmax", SoftmaxKind::Softmax),
@@ -158,22 +113,6 @@ pub fn register_all(r: &mut OpRegistry) {
             Ok(Box::new(Softmax { kind, axis, coerce_2d }))
         });
     }
-    r.register("LayerNormalization", |n| {
-        check_inputs(n, 2, 3)?;
-        let stash = n.attrs.int_or("stash_type", 1)?;
-        let stash_type =
-            DType::from_onnx(stash as i32).filter(|d| d.is_float()).ok_or_else(|| {
-                OpError::BadAttribute {
-                    name: "stash_type".into(),
-                    reason: format!("{stash} is not a float type"),
-                }
-            })?;
-        Ok(Box::new(LayerNorm {
-            axis: n.attrs.int_or("axis", -1)?,
-            epsilon: n.attrs.float_or("epsilon", 1e-5)?,
-            stash_type,
-        }))
-    });
     r.register("BatchNormalization", |n| {
         check_inputs(n, 5, 5)?;
         if n.attrs.flag_or("training_mode", false)? || n.outputs.iter().skip(1).any(Option::is_some)

@@ -51,6 +51,15 @@ impl PadMode {
     }
 }
 
+/// The pads and fill value of one launch.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PadLaunch {
+    /// `(before, after)` per axis.
+    pub pads: Vec<(i64, i64)>,
+    /// The fill element's bytes.
+    pub fill: Vec<u8>,
+}
+
 /// `Pad`. Before opset 11 the pads and the value are attributes; from 11 on
 /// they are inputs 1 and 2, and from 18 input 3 names the padded axes.
 #[derive(Debug, Clone)]
@@ -107,6 +116,29 @@ impl Pad {
                 })
             })
             .collect()
+    }
+
+    /// Resolves one launch from the host values of the `pads`, `axes` and
+    /// `constant_value` inputs (ignored before opset 11, where attributes hold them).
+    ///
+    /// # Errors
+    /// [`OpError::Shape`] for malformed pads, axes or constant.
+    pub fn launch(
+        &self,
+        rank: usize,
+        dtype: DType,
+        pads: Option<&[i64]>,
+        axes: Option<&[i64]>,
+        constant: Option<&Tensor>,
+    ) -> Result<PadLaunch, OpError> {
+        let (pads, constant) = match &self.attrs {
+            Some((pads, _)) => (Pad::resolve(rank, pads, None)?, None),
+            None => {
+                let pads = pads.ok_or_else(|| OpError::Shape("Pad needs its pads input".into()))?;
+                (Pad::resolve(rank, pads, axes)?, constant)
+            }
+        };
+        Ok(PadLaunch { pads, fill: self.fill(dtype, constant)? })
     }
 
     /// The fill value's bytes in `dtype`: the constant input when given, the

@@ -133,13 +133,16 @@ fn bad(msg: String) -> OpError {
     OpError::Shape(msg)
 }
 
+/// Per-axis scales, output dims and crop boxes `(start, end)`.
+struct Geometry {
+    scales: Vec<f64>,
+    output: Vec<usize>,
+    roi: Vec<(f64, f64)>,
+}
+
 impl Resize {
     /// Per-axis scales and output dims, and the crop box per axis.
-    fn geometry(
-        &self,
-        dims: &[usize],
-        args: &ResizeArgs,
-    ) -> Result<(Vec<f64>, Vec<usize>, Vec<(f64, f64)>), OpError> {
+    fn geometry(&self, dims: &[usize], args: &ResizeArgs) -> Result<Geometry, OpError> {
         let r = dims.len();
         let axes: Vec<usize> = match &self.axes {
             Some(a) => a.iter().map(|&v| super::shape::axis_of(v, r)).collect::<Result<_, _>>()?,
@@ -184,12 +187,12 @@ impl Resize {
                     out[a] = (s * dims[a] as f64 + 0.5) as usize;
                 }
             }
-            return Ok((scale, out, roi));
+            return Ok(Geometry { scales: scale, output: out, roi });
         }
         let Some(scales) = scales else {
             return Err(bad("Resize needs scales or sizes".into()));
         };
-        if scales.len() != n || scales.iter().any(|&s| !(s > 0.0)) {
+        if scales.len() != n || scales.iter().any(|&s| s.is_nan() || s <= 0.0) {
             return Err(bad(format!("scales {scales:?} do not fit {n} axes")));
         }
         let mut scale = vec![1.0; r];
@@ -198,7 +201,7 @@ impl Resize {
             scale[a] = scales[i];
             out[a] = (scales[i] * dims[a] as f64) as usize;
         }
-        Ok((scale, out, roi))
+        Ok(Geometry { scales: scale, output: out, roi })
     }
 
     /// Output dims for concrete input dims.
@@ -206,7 +209,7 @@ impl Resize {
     /// # Errors
     /// [`OpError::Shape`] for inconsistent scales, sizes or roi.
     pub fn output_dims(&self, dims: &[usize], args: &ResizeArgs) -> Result<Vec<usize>, OpError> {
-        Ok(self.geometry(dims, args)?.1)
+        Ok(self.geometry(dims, args)?.output)
     }
 
     /// The per-axis tap tables for concrete input dims.
@@ -214,7 +217,7 @@ impl Resize {
     /// # Errors
     /// [`OpError::Shape`] for inconsistent scales, sizes or roi.
     pub fn plan(&self, dims: &[usize], args: &ResizeArgs) -> Result<ResizePlan, OpError> {
-        let (scales, out, roi) = self.geometry(dims, args)?;
+        let Geometry { scales, output: out, roi } = self.geometry(dims, args)?;
         let axes = (0..dims.len())
             .map(|a| {
                 let identity = (scales[a] - 1.0).abs() < 1e-9

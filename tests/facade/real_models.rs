@@ -58,7 +58,14 @@ fn compare_file(model: &Path, args: &[&str]) -> serde_json::Value {
     );
     assert!(peak < without, "release must lower the peak: {peak} vs {without}");
     assert_eq!(peak, bound, "the measured peak is the plan's live-set bound");
-    let info = Command::new(env!("CARGO_BIN_EXE_onyx")).arg("info").arg(model).output().unwrap();
+    // `onyx info` on the same device shows the placement without failing.
+    let device = args.iter().position(|a| *a == "--device").map_or("cpu", |i| args[i + 1]);
+    let info = Command::new(env!("CARGO_BIN_EXE_onyx"))
+        .arg("info")
+        .arg(model)
+        .args(["--device", device, "--no-plan"])
+        .output()
+        .unwrap();
     assert!(info.status.success(), "{}", String::from_utf8_lossy(&info.stderr));
     report
 }
@@ -74,6 +81,10 @@ const ENCODER: &[&str] = &[
     "--ones",
     "attention_mask",
 ];
+
+/// Silero VAD: one 16 kHz chunk (64 samples of context + 512) for a batch of 2.
+const VAD: &[&str] =
+    &["--shape", "input=2x576", "--shape", "state=2x2x128", "--range", "sr=16000:16001"];
 
 /// The same arguments on the wgpu device, with CPU fallback forbidden.
 #[cfg(feature = "wgpu")]
@@ -97,6 +108,26 @@ fn a_real_cnn_matches_onnxruntime() {
 #[test]
 fn a_real_transformer_encoder_matches_onnxruntime() {
     compare("paraphrase_minilm_l3_v2", ENCODER);
+}
+
+#[test]
+fn a_real_model_with_nested_if_and_lstm_matches_onnxruntime() {
+    compare("silero_vad", VAD);
+}
+
+/// The LSTM nodes run on the CPU (wgpu has no recurrent kernels): explicit
+/// copies both ways, release at last use on both devices.
+#[cfg(feature = "wgpu")]
+#[test]
+fn a_real_model_with_nested_if_and_lstm_matches_onnxruntime_on_wgpu_with_fallback() {
+    let mut args = VAD.to_vec();
+    args.extend(["--device", "wgpu"]);
+    let report = compare("silero_vad", &args);
+    let devices = report["memory"]["devices"].as_array().unwrap();
+    assert_eq!(devices.len(), 2, "wgpu and the CPU fallback: {devices:?}");
+    for d in devices {
+        assert_eq!(d["peak_bytes"], d["live_set_bound_bytes"], "{d}");
+    }
 }
 
 #[cfg(feature = "wgpu")]

@@ -300,6 +300,57 @@ fn a_value_captured_by_a_subgraph_survives_the_subgraph() {
 }
 
 #[test]
+fn a_captured_value_a_branch_returns_a_view_of_is_freed_at_its_last_use() {
+    // v = Relu(x) (4 KiB); y = If(c){Reshape(v)} else {Identity(v)}: the branch hands
+    // back a copy of a view of v, and v dies at the If. Then w = T(T(y)) needs two more
+    // 4 KiB buffers: if v were kept until the end of the run, the peak would exceed the bound.
+    let shape = Tensor::from_vec(vec![2], vec![N as i64, N as i64]).unwrap();
+    let reshape = graph(
+        vec![node("Reshape", "reshape", &["v", "shape"], &["r"], vec![])],
+        vec![],
+        vec![untyped("r")],
+        vec![("shape", shape)],
+    );
+    let identity = graph(
+        vec![node("Identity", "id", &["v"], &["r"], vec![])],
+        vec![],
+        vec![untyped("r")],
+        vec![],
+    );
+    let m = model(
+        graph(
+            vec![
+                node("Relu", "relu", &["x"], &["v"], vec![]),
+                node(
+                    "If",
+                    "if",
+                    &["c"],
+                    &["y"],
+                    vec![
+                        ("then_branch", A::G(Box::new(reshape))),
+                        ("else_branch", A::G(Box::new(identity))),
+                    ],
+                ),
+                node("Transpose", "t1", &["y"], &["a"], vec![]),
+                node("Transpose", "t2", &["a"], &["w"], vec![]),
+            ],
+            vec![value("x", DType::F32, &[N as i64, N as i64]), value("c", DType::Bool, &[])],
+            vec![value("w", DType::F32, &[N as i64, N as i64])],
+            vec![],
+        ),
+        13,
+    );
+    let s = session(m, true);
+    for c in [true, false] {
+        let o = run(&s, vec![("x", x()), ("c", Tensor::from_bools(vec![], &[c]).unwrap())]);
+        assert_eq!(out(&o, "w"), out(&o, "w").iter().map(|v| v.max(0.0)).collect::<Vec<_>>());
+        assert_eq!(o.memory.peak_bytes, o.memory.live_set_bound_bytes, "branch {c}");
+        // x (the caller's) + two 4 KiB buffers at any time after the If.
+        assert_eq!(o.memory.live_set_bound_bytes, 3 * KB4 + 1, "branch {c}");
+    }
+}
+
+#[test]
 fn a_sequence_element_survives_the_last_use_of_its_tensor() {
     // a = Relu(x) dies as a value at SequenceConstruct, but the sequence still refers to it.
     let m = model(

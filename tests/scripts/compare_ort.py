@@ -3,7 +3,7 @@
 inputs, and compares every output.
 
     compare_ort.py --onyx target/debug/onyx --model m.onnx [--dim NAME=N ...]
-                   [--range INPUT=LO:HI ...] [--ones INPUT ...] [--rtol 1e-4]
+                   [--shape INPUT=AxBxC ...] [--range INPUT=LO:HI ...] [--ones INPUT ...] [--rtol 1e-4]
                    [--device cpu] [--strict] [--work DIR] [--json]
 
 Inputs are generated deterministically from the declared shapes (symbolic
@@ -45,11 +45,11 @@ def safe_name(name):
     return re.sub(r"[^A-Za-z0-9._-]", "_", name) + ".npy"
 
 
-def make_inputs(sess, dims, ranges, ones, seed=0):
+def make_inputs(sess, dims, ranges, ones, shapes, seed=0):
     rng = np.random.default_rng(seed)
     feeds = {}
     for i in sess.get_inputs():
-        shape = [d if isinstance(d, int) else dims.get(d, 1) for d in i.shape]
+        shape = shapes.get(i.name) or [d if isinstance(d, int) else dims.get(d, 1) for d in i.shape]
         dtype = NP_TYPES[i.type]
         if i.name in ones:
             feeds[i.name] = np.ones(shape, dtype)
@@ -91,6 +91,7 @@ def main():
     ap.add_argument("--model", required=True)
     ap.add_argument("--dim", action="append", default=[])
     ap.add_argument("--range", action="append", default=[])
+    ap.add_argument("--shape", action="append", default=[])
     ap.add_argument("--ones", action="append", default=[])
     ap.add_argument("--rtol", type=float, default=1e-4)
     ap.add_argument("--device", default="cpu")
@@ -104,13 +105,17 @@ def main():
         k, v = r.split("=")
         lo, hi = v.split(":")
         ranges[k] = (int(lo), int(hi))
+    shapes = {}
+    for sh in a.shape:
+        k, v = sh.split("=")
+        shapes[k] = [int(x) for x in v.split("x")] if v else []
     work = a.work or tempfile.mkdtemp(prefix="onyx-ort-")
     os.makedirs(work, exist_ok=True)
 
     so = ort.SessionOptions()
     so.intra_op_num_threads = 1
     sess = ort.InferenceSession(a.model, so, providers=["CPUExecutionProvider"])
-    feeds = make_inputs(sess, dims, ranges, set(a.ones))
+    feeds = make_inputs(sess, dims, ranges, set(a.ones), shapes)
     ref = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
 
     cmd = [a.onyx, "run", a.model, "--device", a.device, "--output-dir", os.path.join(work, "onyx"), "--json"]

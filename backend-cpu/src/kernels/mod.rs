@@ -18,6 +18,7 @@ mod nn;
 mod norm;
 mod pad;
 mod pool;
+mod recurrent;
 mod reduce;
 mod resize;
 mod shape;
@@ -59,6 +60,7 @@ impl KernelRegistry {
         indexing::register_all(&mut r);
         pad::register_all(&mut r);
         resize::register_all(&mut r);
+        recurrent::register_all(&mut r);
         cast::register_all(&mut r);
         reduce::register_all(&mut r);
         r

@@ -446,7 +446,9 @@ impl<'a> Exec<'a> {
                             cg.graph.value(*outer).name
                         ))
                     })?;
-                    self.hold(&val, true);
+                    // The extra reference keeps the value alive and unwritable
+                    // (in place needs a sole reference) while the branch runs.
+                    self.hold(&val, false);
                     bindings.push((*inner, val));
                 }
                 let (outs, figures) = self.run_graph(branch, bindings).await.map_err(|e| {

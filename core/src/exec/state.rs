@@ -117,13 +117,18 @@ impl<'a> Exec<'a> {
         }
     }
 
-    /// Drops one reference per slot; frees buffers that reach zero (or defers them).
+    /// Drops one reference per slot; frees buffers that reach zero (or, with
+    /// release off, defers them to the end of the run). A buffer nobody refers
+    /// to can be freed even if a guarded value once used it: guards keep
+    /// values off the release lists and their buffers from in-place reuse, and
+    /// a buffer outlives its last reference no longer (a subgraph output
+    /// that viewed a captured buffer would otherwise pin it until the end).
     pub(super) fn drop_val(&mut self, val: &Val) -> Result<(), Error> {
         for s in val.slots() {
             let b = &mut self.bufs[s.key];
             b.refs -= 1;
             if b.refs == 0 && b.owned {
-                if self.release && !b.guarded {
+                if self.release {
                     self.dealloc(s.key)?;
                     self.releases += 1;
                 } else {

@@ -15,6 +15,7 @@ pub mod movement;
 pub mod nn;
 pub mod norm;
 pub mod pad;
+pub mod recurrent;
 pub mod reduce;
 pub mod resize;
 pub mod sequence;
@@ -99,6 +100,7 @@ impl OpRegistry {
         indexing::register_all(&mut r);
         pad::register_all(&mut r);
         resize::register_all(&mut r);
+        recurrent::register_all(&mut r);
         generate::register_all(&mut r);
         reduce::register_all(&mut r);
         control::register_all(&mut r);

@@ -133,15 +133,18 @@ impl WgpuProvider {
         &self.gpu.summary
     }
 
-    /// Destroys every pooled buffer.
+    /// Gives every pooled buffer back to the device (after any recorded work
+    /// that may still use one is submitted).
     pub fn trim(&self) {
         let mut st = self.state();
-        for (_, bufs) in st.pool.drain() {
-            for b in bufs {
-                b.destroy();
-            }
-        }
+        let pooled: Vec<wgpu::Buffer> = st.pool.drain().flat_map(|(_, b)| b).collect();
         st.pool_bytes = 0;
+        if st.encoder.is_some() {
+            st.graveyard_bytes += pooled.iter().map(wgpu::Buffer::size).sum::<u64>();
+            st.graveyard.extend(pooled);
+        } else {
+            pooled.iter().for_each(wgpu::Buffer::destroy);
+        }
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -542,7 +545,12 @@ impl ExecutionProvider for WgpuProvider {
     fn launch(&self, kernel: KernelId, args: &Launch<'_>) -> Result<(), EpError> {
         let kernels = self.kernels.read().unwrap_or_else(|p| p.into_inner());
         let k = kernels.get(kernel.0 as usize).ok_or(EpError::UnknownKernel(kernel))?;
-        let io = Io { inputs: args.inputs, outputs: args.outputs, values: args.values };
+        let io = Io {
+            inputs: args.inputs,
+            outputs: args.outputs,
+            values: args.values,
+            shader_f16: self.gpu.summary.shader_f16,
+        };
         for d in k.dispatches(&io)? {
             self.record(&d, &io)?;
         }

@@ -46,6 +46,8 @@ shaders! {
     BinaryFloat => "binary_float.wgsl",
     /// Binary f32 arithmetic four elements at a time, for same-shape and suffix-broadcast inputs.
     BinaryVec4 => "binary_vec4.wgsl",
+    /// Binary f16 arithmetic in native f16 (adapters with `SHADER_F16`).
+    BinaryF16 => "binary_f16.wgsl",
     /// Broadcasting binary ops on integer and bool tensors, int64 exact.
     BinaryInt => "binary_int.wgsl",
     /// Casts between the supported dtypes.

@@ -246,3 +246,58 @@ fn an_unsupported_op_is_named_in_the_error() {
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("operator ai.onnx::Frobnicate is not supported"), "{}", stderr(&o));
 }
+
+#[test]
+fn bench_reports_session_first_run_and_warm_latency() {
+    let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/tiny_cnn.onnx");
+    let o = onyx(&["bench", model.to_str().unwrap(), "--runs", "5", "--warmup", "1", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(r["warm"]["runs"], 5);
+    let w = &r["warm"];
+    assert!(w["min_ms"].as_f64() <= w["median_ms"].as_f64());
+    assert!(w["median_ms"].as_f64() <= w["max_ms"].as_f64());
+    assert!(
+        r["first_run_ms"].as_f64().unwrap() > 0.0 && r["session_create_ms"].as_f64().unwrap() > 0.0
+    );
+    assert!(!onyx(&["bench", model.to_str().unwrap(), "--runs", "0"]).status.success());
+}
+
+/// On Mesa lavapipe in CI; set `ONYX_SKIP_WGPU=1` on a machine with no adapter.
+#[cfg(feature = "wgpu")]
+#[test]
+fn info_on_wgpu_shows_where_each_op_runs() {
+    if std::env::var_os("ONYX_SKIP_WGPU").is_some() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // float64 arithmetic has no WGSL type: that Add falls back to the CPU.
+    let m = model(
+        graph(
+            vec![
+                node("Relu", "relu", &["x"], &["r"], vec![]),
+                node("Cast", "up", &["r"], &["d"], vec![("to", A::I(11))]),
+                node("Add", "add64", &["d", "d"], &["y"], vec![]),
+            ],
+            vec![value("x", DType::F32, &[4])],
+            vec![value("y", DType::F64, &[4])],
+            vec![],
+        ),
+        13,
+    );
+    let path = write(dir.path(), "mixed.onnx", &m);
+    let o = onyx(&["info", path.to_str().unwrap(), "--device", "wgpu", "--no-plan"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    let line =
+        |op: &str| text.lines().find(|l| l.trim_start().starts_with(op)).unwrap_or("").to_string();
+    assert!(line("Relu").ends_with("wgpu:0 1"), "{text}");
+    assert!(line("Add").ends_with("cpu 1"), "{text}");
+    assert!(text.contains("add64") && text.contains("-> cpu"), "{text}");
+    let strict =
+        onyx(&["info", path.to_str().unwrap(), "--device", "wgpu", "--strict", "--no-plan"]);
+    assert!(
+        String::from_utf8_lossy(&strict.stdout).contains("unavailable"),
+        "strict refuses the fallback"
+    );
+}

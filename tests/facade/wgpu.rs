@@ -119,6 +119,28 @@ fn device_memory_falls_when_buffers_are_released() {
 }
 
 #[test]
+fn freed_buffers_are_pooled_as_reserved_bytes_until_trimmed() {
+    // A provider of its own: the pool is per provider.
+    let Some(p) = gpu() else { return };
+    let before = p.memory_stats();
+    let bufs: Vec<_> = (0..3).map(|_| p.allocate(1 << 20, 4).unwrap()).collect();
+    let held = p.memory_stats().reserved_bytes;
+    assert!(held >= before.reserved_bytes + (3 << 20));
+    for b in bufs {
+        p.deallocate(b).unwrap();
+    }
+    let pooled = p.memory_stats();
+    assert_eq!(pooled.in_use_bytes, before.in_use_bytes, "nothing is in use after the frees");
+    assert_eq!(pooled.reserved_bytes, held, "freed buffers stay on the device, in the pool");
+    // A new allocation of the same size class reuses a pooled buffer.
+    let again = p.allocate((1 << 20) - 100, 4).unwrap();
+    assert_eq!(p.memory_stats().reserved_bytes, held);
+    p.deallocate(again).unwrap();
+    p.trim();
+    assert_eq!(p.memory_stats().reserved_bytes, before.reserved_bytes, "trim gives them back");
+}
+
+#[test]
 fn the_bundled_model_matches_the_cpu_and_releases_on_the_device() {
     let Some(p) = gpu() else { return };
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/tiny_cnn.onnx");
@@ -306,4 +328,44 @@ fn matrix_products_of_many_shapes_match_the_cpu() {
         let tb = f32s(&b, |i| ((i * 104_729) % 991) as f32 / 495.0 - 1.0);
         assert_matches_cpu(&p, m, vec![("a", ta), ("b", tb)], 1e-5);
     }
+}
+
+#[test]
+fn float16_arithmetic_runs_natively_and_matches_the_cpu() {
+    let Some(p) = gpu() else { return };
+    // Lavapipe and the NVIDIA driver expose SHADER_F16: Add/Mul/Max of f16 tensors
+    // (same shape and a broadcast bias row) run in native f16.
+    assert!(p.adapter().shader_f16, "this adapter has no SHADER_F16");
+    let m = model(
+        graph(
+            vec![
+                node("Add", "add", &["a", "b"], &["s"], vec![]),
+                node("Mul", "mul", &["s", "bias"], &["m"], vec![]),
+                node("Max", "max", &["m", "a"], &["y"], vec![]),
+            ],
+            vec![
+                value("a", DType::F16, &[2, 3, 8]),
+                value("b", DType::F16, &[2, 3, 8]),
+                value("bias", DType::F16, &[8]),
+            ],
+            vec![value("y", DType::F16, &[2, 3, 8])],
+            vec![],
+        ),
+        13,
+    );
+    let h = |shape: &[usize], f: fn(usize) -> f32| {
+        let n: usize = shape.iter().product();
+        Tensor::from_vec(shape.to_vec(), (0..n).map(|i| half::f16::from_f32(f(i))).collect())
+            .unwrap()
+    };
+    let inputs = [
+        ("a", h(&[2, 3, 8], |i| (i as f32 * 0.37).sin() * 3.0)),
+        ("b", h(&[2, 3, 8], |i| (i as f32 * 0.11).cos())),
+        ("bias", h(&[8], |i| i as f32 * 0.25 - 1.0)),
+    ];
+    let values = || inputs.iter().map(|(n, t)| (n.to_string(), Value::Tensor(t.clone())));
+    let on_gpu = strict(m.clone(), &p).run(values()).unwrap();
+    let on_cpu = session(m, true).run(values()).unwrap();
+    // Add, Mul and Max of f16 values are correctly rounded either way: bit-identical.
+    assert_eq!(on_gpu.get("y"), on_cpu.get("y"));
 }

@@ -246,13 +246,15 @@ struct BinaryKernel {
 }
 
 impl BinaryKernel {
+    /// The dispatch for one output shape; `native_f16`: the adapter computes in f16.
     fn dispatch(
         &self,
         out: &[usize],
         a: (&[usize], Bind),
         b: (&[usize], Bind),
+        native_f16: bool,
     ) -> Result<Dispatch, EpError> {
-        if let Some(d) = self.vec4_dispatch(out, a, b)? {
+        if let Some(d) = self.vec4_dispatch(out, a, b, native_f16)? {
             return Ok(d);
         }
         let n: usize = out.iter().product();
@@ -287,17 +289,23 @@ impl BinaryKernel {
         Ok(d)
     }
 
-    /// The four-at-a-time f32 path, when both inputs are the output or a
-    /// trailing part of it with a multiple of 4 elements.
+    /// The four-at-a-time path (f32, or f16 on adapters with native f16),
+    /// when both inputs are the output or a trailing part of it with a
+    /// multiple of 4 elements.
     fn vec4_dispatch(
         &self,
         out: &[usize],
         a: (&[usize], Bind),
         b: (&[usize], Bind),
+        native_f16: bool,
     ) -> Result<Option<Dispatch>, EpError> {
+        let shader = match self.dt_in {
+            DType::F32 => Shader::BinaryVec4,
+            DType::F16 if native_f16 => Shader::BinaryF16,
+            _ => return Ok(None),
+        };
         let vec4_op = self.shader == Shader::BinaryFloat
-            && self.dt_in == DType::F32
-            && self.dt_out == DType::F32
+            && self.dt_out == self.dt_in
             && matches!(self.op, 0..=3 | 7 | 8);
         let (Some(la), Some(lb)) = (suffix_len(a.0, out), suffix_len(b.0, out)) else {
             return Ok(None);
@@ -308,7 +316,7 @@ impl BinaryKernel {
         }
         let params = vec![super::u32_of(n / 4)?, super::u32_of(la / 4)?, super::u32_of(lb / 4)?];
         let mut d = Dispatch::new(
-            Shader::BinaryVec4,
+            shader,
             params,
             &[a.1, b.1, Bind::Out(0)],
             Grid::Invocations(n as u64 / 4),
@@ -333,7 +341,12 @@ impl GpuKernel for BinaryKernel {
     fn dispatches(&self, io: &Io<'_>) -> Result<Vec<Dispatch>, EpError> {
         let (a, b, y) = (io.input(0)?, io.input(1)?, io.output(0)?);
         let bind = |i| if io.aliased(i) { Bind::Out(0) } else { Bind::In(i) };
-        Ok(vec![self.dispatch(&y.shape, (&a.shape, bind(0)), (&b.shape, bind(1)))?])
+        Ok(vec![self.dispatch(
+            &y.shape,
+            (&a.shape, bind(0)),
+            (&b.shape, bind(1)),
+            io.shader_f16,
+        )?])
     }
 
     fn in_place(&self) -> bool {
@@ -353,7 +366,7 @@ pub(crate) fn add_f32(
         BinaryKernel { shader: Shader::BinaryFloat, op: 0, dt_in: DType::F32, dt_out: DType::F32 };
     // The binary dispatch writes Out(0): build it so, then retarget to `out`.
     let as_out = |x: Bind| if x == out { Bind::Out(0) } else { x };
-    let mut d = add.dispatch(out_shape, (a.0, as_out(a.1)), (b.0, as_out(b.1)))?;
+    let mut d = add.dispatch(out_shape, (a.0, as_out(a.1)), (b.0, as_out(b.1)), false)?;
     for (_, bind) in d.binds.iter_mut() {
         if *bind == Bind::Out(0) {
             *bind = out;
@@ -423,6 +436,7 @@ impl GpuKernel for VariadicKernel {
                     &y.shape,
                     (&a.shape, Bind::In(*only)),
                     (&a.shape, Bind::In(*only)),
+                    false,
                 )?);
             }
             [first, rest @ ..] => {
@@ -432,6 +446,7 @@ impl GpuKernel for VariadicKernel {
                     &y.shape,
                     (&a.shape, Bind::In(*first)),
                     (&b.shape, Bind::In(rest[0])),
+                    io.shader_f16,
                 )?);
                 for &i in &rest[1..] {
                     let c = io.input(i)?;
@@ -439,6 +454,7 @@ impl GpuKernel for VariadicKernel {
                         &y.shape,
                         (&y.shape, Bind::Out(0)),
                         (&c.shape, Bind::In(i)),
+                        io.shader_f16,
                     )?);
                 }
             }

@@ -75,6 +75,8 @@ pub(crate) struct Io<'a> {
     pub inputs: &'a [Option<TensorArg>],
     pub outputs: &'a [Option<TensorArg>],
     pub values: &'a [Option<Tensor>],
+    /// The adapter computes in f16 natively (`SHADER_F16`).
+    pub shader_f16: bool,
 }
 
 impl Io<'_> {

@@ -369,3 +369,64 @@ fn float16_arithmetic_runs_natively_and_matches_the_cpu() {
     // Add, Mul and Max of f16 values are correctly rounded either way: bit-identical.
     assert_eq!(on_gpu.get("y"), on_cpu.get("y"));
 }
+
+#[test]
+fn half_precision_nodes_without_a_half_kernel_compute_in_f32_on_the_device() {
+    let Some(p) = gpu() else { return };
+    // MatMul, LayerNormalization and Softmax have f32 kernels only: in f16 and
+    // bf16 they run between inserted casts on the GPU, not on the CPU.
+    for dtype in [DType::F16, DType::BF16] {
+        let m = model(
+            graph(
+                vec![
+                    node("MatMul", "mm", &["x", "w"], &["h"], vec![]),
+                    node("LayerNormalization", "ln", &["h", "g"], &["n"], vec![]),
+                    node("Softmax", "sm", &["n"], &["y"], vec![]),
+                ],
+                vec![
+                    value("x", dtype, &[2, 5, 16]),
+                    value("w", dtype, &[16, 8]),
+                    value("g", dtype, &[8]),
+                ],
+                vec![value("y", dtype, &[2, 5, 8])],
+                vec![],
+            ),
+            17,
+        );
+        let cast = |t: Tensor| {
+            match dtype {
+                DType::F16 => Tensor::from_vec(
+                    t.shape().to_vec(),
+                    t.to_vec::<f32>().unwrap().into_iter().map(half::f16::from_f32).collect(),
+                ),
+                _ => Tensor::from_vec(
+                    t.shape().to_vec(),
+                    t.to_vec::<f32>().unwrap().into_iter().map(half::bf16::from_f32).collect(),
+                ),
+            }
+            .unwrap()
+        };
+        let inputs = [
+            ("x", cast(f32s(&[2, 5, 16], |i| ((i * 7919) % 997) as f32 / 498.0 - 1.0))),
+            ("w", cast(f32s(&[16, 8], |i| ((i * 104_729) % 991) as f32 / 495.0 - 1.0))),
+            ("g", cast(f32s(&[8], |i| 0.5 + i as f32 * 0.1))),
+        ];
+        let values = || inputs.iter().map(|(n, t)| (n.to_string(), Value::Tensor(t.clone())));
+        let s = strict(m.clone(), &p);
+        // 3 nodes, 5 widening casts (x, w, h, g, n) and 3 narrowing ones (h,
+        // n, y): between the nodes h and n stay half values, as the model says.
+        assert_eq!(s.kernels_per_device(), vec![("wgpu:0".to_string(), 3 + 5 + 3)], "{dtype}");
+        let a = s.run(values()).unwrap();
+        let b = session(m, true).run(values()).unwrap();
+        let (ya, yb) = (
+            a.get("y").and_then(Value::as_tensor).unwrap(),
+            b.get("y").and_then(Value::as_tensor).unwrap(),
+        );
+        assert_eq!(ya.dtype(), dtype);
+        let tol = if dtype == DType::F16 { 2e-3 } else { 2e-2 };
+        for (u, v) in ya.to_f64_vec().unwrap().iter().zip(yb.to_f64_vec().unwrap()) {
+            assert!((u - v).abs() <= tol, "{dtype}: {u} vs {v}");
+        }
+        assert_eq!(a.memory.peak_bytes, a.memory.live_set_bound_bytes, "{dtype}");
+    }
+}

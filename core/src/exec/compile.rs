@@ -12,11 +12,14 @@ use crate::ep::{EpError, ExecutionProvider, KernelId, KernelSpec, TensorArg};
 use crate::error::{Error, NodeDesc, OpError};
 use crate::graph::{Attributes, Graph, Node, NodeId, TypeInfo, ValueId, ValueInfo};
 use crate::ops::control::{DeviceCopy, If, merge_facts};
+use crate::ops::generate::Cast;
 use crate::ops::sequence::{SequenceKind, SequenceOp};
 use crate::ops::{Fact, InferInputs, Op, OpRegistry, downcast};
 use crate::plan::{NodeTraits, Plan, topological_order};
 use crate::shape::Shape;
 use crate::tensor::Tensor;
+
+use super::widen;
 
 /// The domain of nodes the planner inserts (device copies).
 pub const ONYX_DOMAIN: &str = "onyx";
@@ -250,6 +253,8 @@ struct Pass<'a> {
     facts: Vec<Option<Fact>>,
     location: Vec<Option<usize>>,
     copies: HashMap<(ValueId, usize), ValueId>,
+    /// f32 copies of half-precision values, per provider (see `widen`).
+    widened: HashMap<(ValueId, usize), ValueId>,
     captures: Vec<(ValueId, ValueId)>,
 }
 
@@ -273,6 +278,7 @@ impl<'a> Pass<'a> {
             facts: vec![None; n],
             location: vec![None; n],
             copies: HashMap::new(),
+            widened: HashMap::new(),
             captures: Vec::new(),
         }
     }
@@ -404,6 +410,8 @@ impl<'a> Pass<'a> {
         }
         let mut node = source.clone();
         let value_inputs = op.value_inputs();
+        // Outputs computed in f32 and cast back after the node: (f32 value, original, fact).
+        let mut narrow: Vec<(ValueId, ValueId, Fact)> = Vec::new();
 
         let (action, provider, out_facts, out_location) = if let Some(if_op) = downcast::<If>(&*op)
         {
@@ -466,12 +474,20 @@ impl<'a> Pass<'a> {
                 let loc = self.location[src.index()];
                 (Action::View(slot), loc.unwrap_or(0), out, loc)
             } else {
-                let (provider, kernel) = self.prepare(&node, &*op, &in_facts, &out)?;
+                let (provider, kernel, wide) =
+                    self.prepare(&node, &*op, &in_facts, &out, &value_inputs)?;
                 for slot in 0..node.inputs.len() {
                     if let (Some(v), false) = (node.inputs[slot], value_inputs.contains(&slot)) {
                         node.inputs[slot] = Some(self.on_provider(v, provider));
                     }
                 }
+                let out = match wide {
+                    Some(w) => {
+                        narrow = self.widen(&mut node, &in_facts, &value_inputs, provider, &out)?;
+                        w.outputs
+                    }
+                    None => out,
+                };
                 (Action::Kernel(kernel), provider, out, Some(provider))
             }
         };
@@ -497,17 +513,96 @@ impl<'a> Pass<'a> {
             ),
         };
         self.push(node, op, action, provider, traits);
+        for (wide, orig, fact) in narrow {
+            self.facts[orig.index()] = Some(fact.clone());
+            self.location[orig.index()] = Some(provider);
+            self.push_cast(wide, orig, fact.dtype, provider)?;
+        }
         Ok(())
     }
 
-    /// Prepares the kernel on the first provider that supports it.
+    /// Rewires a node that runs in f32 over half storage: its half device inputs
+    /// are replaced by f32 copies, its half outputs by f32 values that casts
+    /// (returned, pushed after the node) narrow back into the originals.
+    fn widen(
+        &mut self,
+        node: &mut Node,
+        in_facts: &[Option<Fact>],
+        value_inputs: &[usize],
+        p: usize,
+        out: &[Fact],
+    ) -> Result<Vec<(ValueId, ValueId, Fact)>, Error> {
+        for (slot, fact) in in_facts.iter().enumerate() {
+            if let Some(v) = node.inputs[slot] {
+                if widen::widens(fact.as_ref(), slot, value_inputs) {
+                    node.inputs[slot] = Some(self.as_f32(v, p)?);
+                }
+            }
+        }
+        let mut narrow = Vec::new();
+        for (i, o) in node.outputs.iter_mut().enumerate() {
+            let (Some(v), Some(f)) = (*o, out.get(i)) else { continue };
+            if widen::is_half(f.dtype) {
+                let name = format!("{}.f32", self.values[v.index()].name);
+                let wide = self.add_value(name, None, Some(p));
+                narrow.push((wide, v, f.clone()));
+                *o = Some(wide);
+            }
+        }
+        Ok(narrow)
+    }
+
+    /// An f32 copy of half-precision value `v` (already on provider `p`), made
+    /// once per value and provider by an inserted Cast.
+    fn as_f32(&mut self, v: ValueId, p: usize) -> Result<ValueId, Error> {
+        if let Some(&w) = self.widened.get(&(v, p)) {
+            return Ok(w);
+        }
+        let name = format!("{}.f32", self.values[v.index()].name);
+        let fact = self.facts[v.index()].as_ref().map(|f| f.with_dtype(DType::F32));
+        let w = self.add_value(name, fact, Some(p));
+        self.push_cast(v, w, DType::F32, p)?;
+        self.widened.insert((v, p), w);
+        Ok(w)
+    }
+
+    /// Appends a Cast from `src` to `dst` (dtype `to`) on provider `p`.
+    fn push_cast(&mut self, src: ValueId, dst: ValueId, to: DType, p: usize) -> Result<(), Error> {
+        let from = self.facts[src.index()].as_ref().map(|f| f.dtype);
+        let name = format!("{}.cast", self.values[dst.index()].name);
+        let node = Node {
+            name,
+            op_type: "Cast".into(),
+            domain: crate::graph::DEFAULT_DOMAIN.into(),
+            opset: 21,
+            inputs: vec![Some(src)],
+            outputs: vec![Some(dst)],
+            implicit_inputs: vec![],
+            attrs: Attributes::default(),
+        };
+        let op = Cast { to, saturate: true };
+        let spec =
+            KernelSpec { node: &node, op: &op, input_dtypes: &[from], output_dtypes: &[Some(to)] };
+        let ep = self.providers[p];
+        let kernel = ep.prepare(&spec).map_err(|source| Error::Kernel {
+            node: node.desc(),
+            backend: ep.name(),
+            source,
+        })?;
+        self.push(node, Box::new(op), Action::Kernel(kernel), p, NodeTraits::default());
+        Ok(())
+    }
+
+    /// Prepares the kernel on the first provider that supports it, natively
+    /// or (half precision) in f32 between inserted casts (`widen`).
     fn prepare(
         &self,
         node: &Node,
         op: &dyn Op,
         in_facts: &[Option<Fact>],
         out: &[Fact],
-    ) -> Result<(usize, KernelId), Error> {
+        value_inputs: &[usize],
+    ) -> Result<(usize, KernelId, Option<widen::Widened>), Error> {
         let input_dtypes: Vec<Option<DType>> =
             in_facts.iter().map(|f| f.as_ref().map(|f| f.dtype)).collect();
         let output_dtypes: Vec<Option<DType>> = node
@@ -518,6 +613,7 @@ impl<'a> Pass<'a> {
             .collect();
         let spec =
             KernelSpec { node, op, input_dtypes: &input_dtypes, output_dtypes: &output_dtypes };
+        let wide = widen::plan(node, op, in_facts, out, value_inputs);
         let mut declined = None;
         for (i, ep) in self.providers.iter().enumerate() {
             if i > 0 && !self.opts.allow_fallback {
@@ -528,9 +624,21 @@ impl<'a> Pass<'a> {
                     if i > 0 {
                         log::debug!("{} falls back to {}", node.desc(), ep.name());
                     }
-                    return Ok((i, k));
+                    return Ok((i, k, None));
                 }
                 Err(EpError::Unsupported(reason)) => {
+                    if let Some(w) = &wide {
+                        let spec = KernelSpec {
+                            node,
+                            op,
+                            input_dtypes: &w.input_dtypes,
+                            output_dtypes: &w.output_dtypes,
+                        };
+                        if let Ok(k) = ep.prepare(&spec) {
+                            log::debug!("{} runs in f32 on {}", node.desc(), ep.name());
+                            return Ok((i, k, wide));
+                        }
+                    }
                     declined.get_or_insert((ep.name(), EpError::Unsupported(reason)));
                 }
                 Err(source) => {

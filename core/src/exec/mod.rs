@@ -4,6 +4,7 @@ mod compile;
 mod run;
 mod sequence;
 mod state;
+mod widen;
 
 pub use compile::{
     Action, CompileOptions, CompiledGraph, ONYX_DOMAIN, Scope, Step, compile, declared_fact,

@@ -9,163 +9,20 @@ use std::sync::Arc;
 
 use crate::dtype::DType;
 use crate::ep::{EpError, ExecutionProvider, KernelId, KernelSpec, TensorArg};
-use crate::error::{Error, NodeDesc, OpError};
+use crate::error::{Error, OpError};
 use crate::graph::{Attributes, Graph, Node, NodeId, TypeInfo, ValueId, ValueInfo};
 use crate::ops::control::{DeviceCopy, If, merge_facts};
 use crate::ops::generate::Cast;
 use crate::ops::sequence::{SequenceKind, SequenceOp};
 use crate::ops::{Fact, InferInputs, Op, OpRegistry, downcast};
 use crate::plan::{NodeTraits, Plan, topological_order};
-use crate::shape::Shape;
 use crate::tensor::Tensor;
 
+use super::program::{Action, CompiledGraph, Step};
 use super::widen;
 
 /// The domain of nodes the planner inserts (device copies).
 pub const ONYX_DOMAIN: &str = "onyx";
-
-/// What a step does at run time.
-pub enum Action {
-    /// Launch a prepared kernel on the step's provider.
-    Kernel(KernelId),
-    /// Output 0 shares the buffer of this input slot, with a new shape.
-    View(usize),
-    /// Run one of two subgraphs.
-    If {
-        /// Run when the condition is true.
-        then_branch: Box<CompiledGraph>,
-        /// Run when the condition is false.
-        else_branch: Box<CompiledGraph>,
-    },
-    /// Move sequence handles around.
-    Sequence(SequenceKind),
-    /// Copy input 0 from its provider to the step's provider.
-    Copy,
-}
-
-/// One step of a compiled graph.
-pub struct Step {
-    /// The node (in the placed graph).
-    pub node: NodeId,
-    /// Its parsed op.
-    pub op: Box<dyn Op>,
-    /// What to do.
-    pub action: Action,
-    /// Inputs whose values inference needs on the host; kernels get them as host tensors.
-    pub value_inputs: Vec<usize>,
-    /// The provider (index into the provider list) that runs it and holds its outputs.
-    pub provider: usize,
-}
-
-/// A graph ready to run on a list of providers.
-pub struct CompiledGraph {
-    /// The placed graph: the model's graph plus inserted copies and per-provider weight duplicates.
-    pub graph: Arc<Graph>,
-    /// The release plan.
-    pub plan: Plan,
-    /// Steps, in plan order.
-    pub steps: Vec<Step>,
-    /// Static facts per value (symbolic shapes).
-    pub facts: Vec<Option<Fact>>,
-    /// The provider each value lives on (`None`: never on a device, e.g. shape-only constants).
-    pub location: Vec<Option<usize>>,
-    /// Uploaded initializers, with the provider holding each.
-    pub weights: Vec<(ValueId, usize, TensorArg)>,
-    /// For a subgraph: where each captured value comes from in the enclosing graph.
-    pub captures: Vec<(ValueId, ValueId)>,
-}
-
-impl CompiledGraph {
-    /// Frees the uploaded weights of this graph and its subgraphs.
-    ///
-    /// # Errors
-    /// The first provider error; every weight is still attempted.
-    pub fn free_weights(&mut self, providers: &[&dyn ExecutionProvider]) -> Result<(), EpError> {
-        let mut first = Ok(());
-        for (_, p, w) in self.weights.drain(..) {
-            if let Err(e) = providers[p].deallocate(w.buffer) {
-                first = first.and(Err(e));
-            }
-        }
-        for step in &mut self.steps {
-            if let Action::If { then_branch, else_branch } = &mut step.action {
-                for g in [then_branch, else_branch] {
-                    if let Err(e) = g.free_weights(providers) {
-                        first = first.and(Err(e));
-                    }
-                }
-            }
-        }
-        first
-    }
-
-    /// Bytes of uploaded weights per provider, subgraphs included.
-    pub fn weight_bytes(&self, providers: usize) -> Vec<u64> {
-        let mut bytes = vec![0u64; providers];
-        self.add_weight_bytes(&mut bytes);
-        bytes
-    }
-
-    fn add_weight_bytes(&self, bytes: &mut [u64]) {
-        for (_, p, w) in &self.weights {
-            bytes[*p] += w.buffer.size;
-        }
-        for s in &self.steps {
-            if let Action::If { then_branch, else_branch } = &s.action {
-                then_branch.add_weight_bytes(bytes);
-                else_branch.add_weight_bytes(bytes);
-            }
-        }
-    }
-
-    /// Kernel nodes per provider, subgraphs included: how the model was placed.
-    pub fn kernels_per_provider(&self, providers: usize) -> Vec<usize> {
-        let mut counts = vec![0usize; providers];
-        self.add_kernels(&mut counts);
-        counts
-    }
-
-    fn add_kernels(&self, counts: &mut [usize]) {
-        for s in &self.steps {
-            match &s.action {
-                Action::Kernel(_) => counts[s.provider] += 1,
-                Action::If { then_branch, else_branch } => {
-                    then_branch.add_kernels(counts);
-                    else_branch.add_kernels(counts);
-                }
-                _ => {}
-            }
-        }
-    }
-
-    /// `(node description, provider)` of every kernel node, subgraphs included.
-    pub fn placement(&self) -> Vec<(NodeDesc, usize)> {
-        let mut out = Vec::new();
-        for s in &self.steps {
-            match &s.action {
-                Action::Kernel(_) => {
-                    out.push((*self.graph.nodes[s.node.index()].desc(), s.provider))
-                }
-                Action::If { then_branch, else_branch } => {
-                    out.extend(then_branch.placement());
-                    out.extend(else_branch.placement());
-                }
-                _ => {}
-            }
-        }
-        out
-    }
-
-    /// The static facts of the graph outputs.
-    pub fn output_facts(&self) -> Vec<Option<Fact>> {
-        self.graph.outputs.iter().map(|o| self.facts[o.index()].clone()).collect()
-    }
-
-    /// The declared-or-inferred shape of a graph input.
-    pub fn input_shape(&self, v: ValueId) -> Option<&Shape> {
-        self.facts[v.index()].as_ref().and_then(|f| f.shape.as_ref())
-    }
-}
 
 /// Compilation settings.
 pub struct CompileOptions<'a> {

@@ -1,14 +1,14 @@
 //! Compilation of graphs for a provider, and the executor that runs them.
 
 mod compile;
+mod program;
 mod run;
 mod sequence;
 mod state;
 mod widen;
 
-pub use compile::{
-    Action, CompileOptions, CompiledGraph, ONYX_DOMAIN, Scope, Step, compile, declared_fact,
-};
+pub use compile::{CompileOptions, ONYX_DOMAIN, Scope, compile, declared_fact};
+pub use program::{Action, CompiledGraph, Step};
 pub use run::{DeviceValue, RunOptions, RunResult, run};
 
 use crate::ops::control::If;

@@ -6,7 +6,7 @@ use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::pin::Pin;
 
-use super::compile::{Action, CompiledGraph, Step};
+use super::program::{Action, CompiledGraph, Step};
 use super::state::{Exec, Frame, Outputs, Slot, Val, common_shape};
 use crate::dtype::DType;
 use crate::ep::{ExecutionProvider, Launch, TensorArg};

@@ -5,7 +5,7 @@ use crate::error::{Error, OpError};
 use crate::graph::Node;
 use crate::ops::sequence::SequenceKind;
 
-use super::compile::CompiledGraph;
+use super::program::CompiledGraph;
 use super::state::{Exec, Frame, Slot, Val};
 
 impl Exec<'_> {

@@ -44,21 +44,33 @@ fn outer_taps(plan: &ResizePlan, coords: &[usize], ins: &[usize]) -> Option<Vec<
     Some(taps)
 }
 
-fn resize_float<T: FloatExt>(io: &KernelIo, r: &Resize) -> Result<(), EpError> {
+/// Runs `row(plan, input strides, x, output row index, output row)` over the
+/// output's rows (its last axis), in parallel.
+fn for_each_row<T: bytemuck::Pod + Send + Sync>(
+    io: &KernelIo,
+    r: &Resize,
+    row: impl Fn(&ResizePlan, &[usize], &[T], usize, &mut [T]) + Sync,
+) -> Result<(), EpError> {
     let plan = launch_plan(io, r)?;
     let ins = strides(&io.in_view(0)?.shape);
     let (x, out) = (io.input::<T>(0)?, io.output::<T>(0)?);
-    let Some(&row) = plan.output.last() else {
+    let Some(&len) = plan.output.last() else {
         out.copy_from_slice(x);
         return Ok(());
     };
-    if row == 0 || out.is_empty() {
+    if len == 0 || out.is_empty() {
         return Ok(());
     }
-    let last = plan.output.len() - 1;
-    let (lt, extrapolation) = (&plan.axes[last], T::c(r.extrapolation as f64));
-    out.par_chunks_mut(row).enumerate().for_each(|(i, dst)| {
-        let Some(outer) = outer_taps(&plan, &unravel(i, &plan.output[..last]), &ins) else {
+    out.par_chunks_mut(len).enumerate().for_each(|(i, dst)| row(&plan, &ins, x, i, dst));
+    Ok(())
+}
+
+fn resize_float<T: FloatExt>(io: &KernelIo, r: &Resize) -> Result<(), EpError> {
+    let extrapolation = T::c(r.extrapolation as f64);
+    for_each_row::<T>(io, r, |plan, ins, x, i, dst| {
+        let last = plan.output.len() - 1;
+        let lt = &plan.axes[last];
+        let Some(outer) = outer_taps(plan, &unravel(i, &plan.output[..last]), ins) else {
             dst.fill(extrapolation);
             return;
         };
@@ -79,8 +91,7 @@ fn resize_float<T: FloatExt>(io: &KernelIo, r: &Resize) -> Result<(), EpError> {
             }
             *o = T::c(sum);
         }
-    });
-    Ok(())
+    })
 }
 
 /// The one input index a nearest-mode tap list selects.
@@ -94,26 +105,15 @@ fn resize_nearest<T: bytemuck::Pod + Send + Sync>(
     io: &KernelIo,
     r: &Resize,
 ) -> Result<(), EpError> {
-    let plan = launch_plan(io, r)?;
-    let ins = strides(&io.in_view(0)?.shape);
-    let (x, out) = (io.input::<T>(0)?, io.output::<T>(0)?);
-    let Some(&row) = plan.output.last() else {
-        out.copy_from_slice(x);
-        return Ok(());
-    };
-    if row == 0 || out.is_empty() {
-        return Ok(());
-    }
-    let last = plan.output.len() - 1;
-    out.par_chunks_mut(row).enumerate().for_each(|(i, dst)| {
+    for_each_row::<T>(io, r, |plan, ins, x, i, dst| {
+        let last = plan.output.len() - 1;
         let coords = unravel(i, &plan.output[..last]);
         let base: usize =
             coords.iter().enumerate().map(|(d, &c)| nearest(&plan.axes[d], c) * ins[d]).sum();
         for (j, o) in dst.iter_mut().enumerate() {
             *o = x[base + nearest(&plan.axes[last], j)];
         }
-    });
-    Ok(())
+    })
 }
 
 struct ResizeKernel {

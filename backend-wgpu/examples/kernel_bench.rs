@@ -5,9 +5,10 @@
 //! cargo run --release -p onyx-wgpu --example kernel_bench -- [--add-elems N] [--matmul N] [--runs R] [--reps K]
 //! ```
 //!
-//! Prints one JSON object: the adapter, a device-to-device copy (copy_buffer_to_buffer)
-//! as the bandwidth ceiling, an elementwise Add (bytes read + written per second, and
-//! its fraction of the copy), and a square f32 MatMul in TFLOP/s. Each sample records
+//! Prints one JSON object: the adapter, the driver's device-to-device buffer copy
+//! (`copy_buffer_to_buffer`; on some drivers far below the memory bandwidth, so
+//! compare with a copy measured outside wgpu too), an elementwise Add (bytes read +
+//! written per second, and its fraction of that copy), and a square f32 MatMul in TFLOP/s. Each sample records
 //! K back-to-back runs and waits until the device is idle; a figure is the median of
 //! R samples (after 3 warm-up samples), divided by K. Inputs are pseudo-random, and
 //! sampled MatMul outputs are checked against an f64 dot product on the host.
@@ -208,6 +209,6 @@ fn main() {
     let name = &adapter.name;
     let backend = &adapter.backend;
     println!(
-        r#"{{"adapter": "{name}", "backend": "{backend}", "runs": {runs}, "reps": {reps}, "copy": {{"elements": {n}, "seconds": {copy_s:.6}, "bytes_per_s": {copy_bw:.4e}}}, "add": {{"elements": {n}, "seconds": {add_s:.6}, "bytes_per_s": {add_bw:.4e}, "fraction_of_copy": {fraction:.3}, "exact": {add_ok}}}, "matmul": {{"n": {mm}, "seconds": {mm_s:.6}, "tflops": {tflops:.3}, "max_error_over_rms": {mm_rel_err:.2e}}}}}"#
+        r#"{{"adapter": "{name}", "backend": "{backend}", "runs": {runs}, "reps": {reps}, "buffer_copy": {{"elements": {n}, "seconds": {copy_s:.6}, "bytes_per_s": {copy_bw:.4e}}}, "add": {{"elements": {n}, "seconds": {add_s:.6}, "bytes_per_s": {add_bw:.4e}, "fraction_of_buffer_copy": {fraction:.3}, "exact": {add_ok}}}, "matmul": {{"n": {mm}, "seconds": {mm_s:.6}, "tflops": {tflops:.3}, "max_error_over_rms": {mm_rel_err:.2e}}}}}"#
     );
 }

@@ -430,3 +430,28 @@ fn half_precision_nodes_without_a_half_kernel_compute_in_f32_on_the_device() {
         assert_eq!(a.memory.peak_bytes, a.memory.live_set_bound_bytes, "{dtype}");
     }
 }
+
+#[test]
+fn a_dispatch_beyond_65535_workgroups_uses_a_two_dimensional_grid() {
+    let Some(p) = gpu() else { return };
+    // 2^24 + 300 elements at 256 per workgroup: 65,538 workgroups, one past
+    // the per-dimension limit (64 MiB per tensor, under lavapipe's binding limit).
+    let n = (1usize << 24) + 300;
+    let m = model(
+        graph(
+            vec![node("Add", "add", &["a", "b"], &["y"], vec![])],
+            vec![value("a", DType::F32, &[n as i64]), value("b", DType::F32, &[1])],
+            vec![value("y", DType::F32, &[n as i64])],
+            vec![],
+        ),
+        13,
+    );
+    let a = f32s(&[n], |i| (i % 1000) as f32);
+    let b = f32s(&[1], |_| 0.5);
+    let o = strict(m, &p).run([("a", Value::Tensor(a)), ("b", Value::Tensor(b))]).unwrap();
+    let y = o.get("y").and_then(Value::as_tensor).unwrap().to_vec::<f32>().unwrap();
+    // The last elements live in the second row of workgroups.
+    for i in [0, 65_535 * 256, n - 300, n - 1] {
+        assert_eq!(y[i], (i % 1000) as f32 + 0.5, "element {i}");
+    }
+}

@@ -1,8 +1,9 @@
 //! Compilation: ops built from the registry, static facts inferred, every
 //! kernel node placed on the first provider that supports it (later providers
-//! are fallbacks), explicit copies inserted where a value crosses providers,
-//! weights uploaded where they are read, and the release plan made —
-//! recursively for subgraphs.
+//! are fallbacks; a half-precision node a provider runs only in f32 is widened
+//! through inserted casts there, see `widen`), explicit copies inserted where a
+//! value crosses providers, weights uploaded where they are read, and the
+//! release plan made — recursively for subgraphs.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;

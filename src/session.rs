@@ -8,14 +8,13 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use onyx_core::dtype::DType;
-use onyx_core::ep::{DeviceBuffer, DeviceId, ExecutionProvider, TensorArg};
-use onyx_core::exec::{self, CompileOptions, CompiledGraph, DeviceValue, RunOptions};
+use onyx_core::ep::{DeviceId, ExecutionProvider};
+use onyx_core::exec::{self, CompileOptions, CompiledGraph, RunOptions};
 use onyx_core::graph::{Model, TypeInfo};
 use onyx_core::onnx::external::{ExternalData, NoExternalData};
 use onyx_core::ops::OpRegistry;
-use onyx_core::plan::MemoryFigures;
 use onyx_core::shape::Shape;
-use onyx_core::tensor::{Tensor, Value};
+use onyx_core::tensor::Value;
 use onyx_cpu::{CpuOptions, CpuProvider};
 
 use crate::device::{self, Device};
@@ -209,8 +208,6 @@ pub struct Session {
 }
 
 /// Outputs read back, the planner's figures and the release count of one run.
-type Ran = (Vec<(String, Value)>, MemoryFigures, u64);
-
 /// Name, type and declared shape of a model input or output.
 #[derive(Clone, Debug)]
 pub struct IoInfo {
@@ -400,15 +397,21 @@ impl Session {
             p.reset_peak();
             baselines.push(p.memory_stats().in_use_bytes);
         }
-        let mut uploaded: Vec<DeviceBuffer> = Vec::new();
-        let result = self.upload_and_run(&mut by_name, &mut uploaded);
-        // Inputs were lent to the run; they are the session's to free, success or not.
-        for b in uploaded {
-            if let Err(e) = self.providers[0].deallocate(b) {
-                log::error!("freeing an input buffer failed: {e}");
-            }
+        let mut ordered = Vec::with_capacity(g.inputs.len());
+        for &i in &g.inputs {
+            let name = &g.value(i).name;
+            ordered.push(by_name.remove(name).ok_or_else(|| Error::Input {
+                name: name.clone(),
+                reason: "not provided".into(),
+            })?);
         }
-        let (values, figures, releases) = result?;
+        let opts = RunOptions { release_dead_values: self.release };
+        let refs = self.providers();
+        let ran = pollster::block_on(exec::run_on_host(&self.program, &refs, &ordered, opts))
+            .map_err(|source| Error::Run { device: self.device.clone(), source })?;
+        let names = g.outputs.iter().map(|&o| g.value(o).name.clone());
+        let values: Vec<(String, Value)> = names.zip(ran.outputs).collect();
+        let (figures, releases) = (ran.figures, ran.releases);
         if self.providers.len() > 1 {
             let counts = self.kernels_per_device();
             log::info!("{} kernel nodes ran on {} (fallback)", counts[1].1, counts[1].0);
@@ -441,107 +444,6 @@ impl Session {
             },
             latency: start.elapsed(),
         })
-    }
-
-    fn provider_for(&self, device: DeviceId) -> Result<&dyn ExecutionProvider> {
-        self.providers.iter().find(|p| p.device() == device).map(|p| &**p).ok_or_else(|| {
-            Error::Input { name: "<output>".into(), reason: format!("no provider for {device}") }
-        })
-    }
-
-    fn upload_and_run(
-        &self,
-        by_name: &mut HashMap<String, Value>,
-        uploaded: &mut Vec<DeviceBuffer>,
-    ) -> Result<Ran> {
-        let g = &self.model.graph;
-        let ep = &*self.providers[0];
-        let mut device_inputs = Vec::with_capacity(g.inputs.len());
-        for &i in &g.inputs {
-            let name = &g.value(i).name;
-            let value = by_name.remove(name).ok_or_else(|| Error::Input {
-                name: name.clone(),
-                reason: "not provided".into(),
-            })?;
-            let mut upload = |t: &Tensor| -> Result<TensorArg> {
-                let bytes = t
-                    .bytes()
-                    .map_err(|e| Error::Input { name: name.clone(), reason: e.to_string() })?;
-                let provider_err = |action: String| {
-                    move |source| Error::Provider { backend: ep.name(), action, source }
-                };
-                let buffer = ep
-                    .allocate(bytes.len() as u64, t.dtype().align() as u32)
-                    .map_err(provider_err(format!("allocating input '{name}'")))?;
-                uploaded.push(buffer);
-                ep.upload(buffer, bytes)
-                    .map_err(provider_err(format!("uploading input '{name}'")))?;
-                Ok(TensorArg { buffer, dtype: t.dtype(), shape: t.shape().to_vec() })
-            };
-            device_inputs.push(match &value {
-                Value::Tensor(t) => DeviceValue::Tensor(upload(t)?),
-                Value::Sequence(d, ts) => {
-                    DeviceValue::Sequence(*d, ts.iter().map(&mut upload).collect::<Result<_>>()?)
-                }
-            });
-        }
-        let opts = RunOptions { release_dead_values: self.release };
-        let run_err = |source| Error::Run { device: self.device.clone(), source };
-        let refs = self.providers();
-        let result = pollster::block_on(exec::run(&self.program, &refs, &device_inputs, opts))
-            .map_err(run_err)?;
-        // The outputs are ours now: read each back, then free it (even if a read fails).
-        let mut values = Vec::with_capacity(result.outputs.len());
-        let mut first_err = None;
-        for (&o, out) in g.outputs.iter().zip(&result.outputs) {
-            let name = g.value(o).name.clone();
-            let read = match out {
-                DeviceValue::Tensor(t) => self.download(t).map(Value::Tensor),
-                DeviceValue::Sequence(d, ts) => ts
-                    .iter()
-                    .map(|t| self.download(t))
-                    .collect::<Result<_>>()
-                    .map(|v| Value::Sequence(*d, v)),
-            };
-            match read {
-                Ok(v) => values.push((name, v)),
-                Err(e) => {
-                    first_err.get_or_insert(e);
-                }
-            }
-        }
-        for out in &result.outputs {
-            let bufs: Vec<DeviceBuffer> = match out {
-                DeviceValue::Tensor(t) => vec![t.buffer],
-                DeviceValue::Sequence(_, ts) => ts.iter().map(|t| t.buffer).collect(),
-            };
-            for b in bufs {
-                let freed = self.provider_for(b.device).and_then(|p| {
-                    p.deallocate(b).map_err(|source| Error::Provider {
-                        backend: p.name(),
-                        action: "freeing an output".into(),
-                        source,
-                    })
-                });
-                if let Err(e) = freed {
-                    first_err.get_or_insert(e);
-                }
-            }
-        }
-        if let Some(e) = first_err {
-            return Err(e);
-        }
-        Ok((values, result.figures, result.releases))
-    }
-
-    fn download(&self, t: &TensorArg) -> Result<Tensor> {
-        let ep = self.provider_for(t.buffer.device)?;
-        let len = t.dtype.byte_size(t.numel()).unwrap_or(0);
-        let bytes = pollster::block_on(ep.download(t.buffer, len)).map_err(|source| {
-            Error::Provider { backend: ep.name(), action: "reading an output back".into(), source }
-        })?;
-        Tensor::from_bytes(t.dtype, t.shape.clone(), bytes.into())
-            .map_err(|e| Error::Input { name: "<output>".into(), reason: e.to_string() })
     }
 
     /// Frees the session's weights now (also done on drop).

@@ -6,7 +6,8 @@
 //! - [`ops`]: the op registry; each op parses its attributes and infers its outputs.
 //! - [`plan`]: execution order, last use, release lists, guards, in-place and views.
 //! - [`ep`]: the buffer handle and the execution-provider trait.
-//! - [`exec`]: compilation for a provider and the executor.
+//! - [`exec`]: compilation for a provider, the executor, and runs on host values.
+//! - [`inputs`]: deterministic generated inputs.
 //!
 //! ```
 //! use onyx_core::dtype::DType;
@@ -26,6 +27,7 @@ pub mod error;
 pub mod exec;
 pub mod float8;
 pub mod graph;
+pub mod inputs;
 pub mod onnx;
 pub mod ops;
 pub mod plan;

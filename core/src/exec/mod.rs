@@ -1,6 +1,7 @@
 //! Compilation of graphs for a provider, and the executor that runs them.
 
 mod compile;
+mod host;
 mod program;
 mod run;
 mod sequence;
@@ -8,6 +9,7 @@ mod state;
 mod widen;
 
 pub use compile::{CompileOptions, ONYX_DOMAIN, Scope, compile, declared_fact};
+pub use host::{HostRun, run_on_host};
 pub use program::{Action, CompiledGraph, Step};
 pub use run::{DeviceValue, RunOptions, RunResult, run};
 

@@ -1,0 +1,165 @@
+//! Running a compiled graph on host values: upload the inputs to the primary
+//! provider, run, read the outputs back, and free every buffer this made —
+//! on success and on failure. Asynchronous, so the browser awaits it and
+//! native callers block on it.
+
+use super::program::CompiledGraph;
+use super::run::{DeviceValue, RunOptions, run};
+use crate::ep::{DeviceBuffer, ExecutionProvider, TensorArg};
+use crate::error::Error;
+use crate::plan::MemoryFigures;
+use crate::tensor::{Tensor, Value};
+
+/// What a host run returns.
+#[derive(Debug)]
+pub struct HostRun {
+    /// One value per graph output, in order.
+    pub outputs: Vec<Value>,
+    /// The planner's memory figures for this run.
+    pub figures: MemoryFigures,
+    /// Buffers released at last use.
+    pub releases: u64,
+}
+
+/// Runs `cg` on host `inputs` (one per graph input, in order).
+///
+/// # Errors
+/// [`Error::Input`] for inputs that cannot be uploaded, [`Error::Provider`]
+/// for failed transfers, and the run's own errors. Nothing stays allocated.
+pub async fn run_on_host(
+    cg: &CompiledGraph,
+    providers: &[&dyn ExecutionProvider],
+    inputs: &[Value],
+    opts: RunOptions,
+) -> Result<HostRun, Error> {
+    let mut uploaded = Vec::new();
+    let result = upload_and_run(cg, providers, inputs, opts, &mut uploaded).await;
+    // Inputs were lent to the run: they are ours to free, success or not.
+    let ep = providers[0];
+    let mut freed = Ok(());
+    for b in uploaded {
+        if let Err(source) = ep.deallocate(b) {
+            if freed.is_ok() {
+                freed = Err(Error::Provider {
+                    backend: ep.name(),
+                    action: "freeing an input".into(),
+                    source,
+                });
+            }
+        }
+    }
+    // The run's own error, if any, is the one to report.
+    let run = result?;
+    freed?;
+    Ok(run)
+}
+
+async fn upload_and_run(
+    cg: &CompiledGraph,
+    providers: &[&dyn ExecutionProvider],
+    inputs: &[Value],
+    opts: RunOptions,
+    uploaded: &mut Vec<DeviceBuffer>,
+) -> Result<HostRun, Error> {
+    let g = &cg.graph;
+    let ep = providers[0];
+    let mut device_inputs = Vec::with_capacity(inputs.len());
+    for (&i, value) in g.inputs.iter().zip(inputs) {
+        let name = &g.value(i).name;
+        let mut upload = |t: &Tensor| -> Result<TensorArg, Error> {
+            let bytes = t
+                .bytes()
+                .map_err(|e| Error::Input { name: name.clone(), reason: e.to_string() })?;
+            let provider_err = |action: String| {
+                move |source| Error::Provider { backend: ep.name(), action, source }
+            };
+            let buffer = ep
+                .allocate(bytes.len() as u64, t.dtype().align() as u32)
+                .map_err(provider_err(format!("allocating input '{name}'")))?;
+            uploaded.push(buffer);
+            ep.upload(buffer, bytes).map_err(provider_err(format!("uploading input '{name}'")))?;
+            Ok(TensorArg { buffer, dtype: t.dtype(), shape: t.shape().to_vec() })
+        };
+        device_inputs.push(match value {
+            Value::Tensor(t) => DeviceValue::Tensor(upload(t)?),
+            Value::Sequence(d, ts) => {
+                DeviceValue::Sequence(*d, ts.iter().map(&mut upload).collect::<Result<_, Error>>()?)
+            }
+        });
+    }
+    let result = run(cg, providers, &device_inputs, opts).await?;
+    // The outputs are ours now: read each back, then free it (even if a read fails).
+    let mut outputs = Vec::with_capacity(result.outputs.len());
+    let mut first_err = None;
+    for out in &result.outputs {
+        let read = match out {
+            DeviceValue::Tensor(t) => download(providers, t).await.map(Value::Tensor),
+            DeviceValue::Sequence(d, ts) => {
+                let mut items = Vec::with_capacity(ts.len());
+                let mut err = None;
+                for t in ts {
+                    match download(providers, t).await {
+                        Ok(v) => items.push(v),
+                        Err(e) => {
+                            err.get_or_insert(e);
+                        }
+                    }
+                }
+                match err {
+                    Some(e) => Err(e),
+                    None => Ok(Value::Sequence(*d, items)),
+                }
+            }
+        };
+        match read {
+            Ok(v) => outputs.push(v),
+            Err(e) => {
+                first_err.get_or_insert(e);
+            }
+        }
+    }
+    for out in &result.outputs {
+        let bufs: Vec<DeviceBuffer> = match out {
+            DeviceValue::Tensor(t) => vec![t.buffer],
+            DeviceValue::Sequence(_, ts) => ts.iter().map(|t| t.buffer).collect(),
+        };
+        for b in bufs {
+            if let Err(e) = provider_for(providers, b).and_then(|p| {
+                p.deallocate(b).map_err(|source| Error::Provider {
+                    backend: p.name(),
+                    action: "freeing an output".into(),
+                    source,
+                })
+            }) {
+                first_err.get_or_insert(e);
+            }
+        }
+    }
+    if let Some(e) = first_err {
+        return Err(e);
+    }
+    Ok(HostRun { outputs, figures: result.figures, releases: result.releases })
+}
+
+fn provider_for<'p>(
+    providers: &[&'p dyn ExecutionProvider],
+    b: DeviceBuffer,
+) -> Result<&'p dyn ExecutionProvider, Error> {
+    providers
+        .iter()
+        .find(|p| p.device() == b.device)
+        .copied()
+        .ok_or_else(|| Error::Internal(format!("no provider for {}", b.device)))
+}
+
+async fn download(providers: &[&dyn ExecutionProvider], t: &TensorArg) -> Result<Tensor, Error> {
+    let ep = provider_for(providers, t.buffer)?;
+    let len = t.dtype.byte_size(t.numel()).unwrap_or(0);
+    let bytes = ep.download(t.buffer, len).await.map_err(|source| Error::Provider {
+        backend: ep.name(),
+        action: "reading an output back".into(),
+        source,
+    })?;
+    Tensor::from_bytes(t.dtype, t.shape.clone(), bytes.into())
+        .map_err(|e| Error::Internal(e.to_string()))
+}

@@ -29,7 +29,7 @@ pub use error::{Error, Result};
 pub use onyx_core::dtype::DType;
 pub use onyx_core::tensor::{Tensor, Value};
 pub use session::{
-    DeviceMemory, IoInfo, MemoryReport, Progress, RunOutputs, Session, SessionBuilder,
+    DeviceMemory, IoInfo, MemoryReport, Progress, RunOutputs, Session, SessionBuilder, TimelineStep,
 };
 
 /// The core crate, for lower-level use (graph IR, planner, provider traits).

@@ -260,6 +260,20 @@ pub struct MemoryReport {
     pub weight_bytes: u64,
     /// The same figures for every device the session uses.
     pub devices: Vec<DeviceMemory>,
+    /// Live bytes over the run, all devices together: after the inputs, at
+    /// each step (labelled with its node), and with the outputs handed over.
+    pub timeline: Vec<TimelineStep>,
+}
+
+/// One point of [`MemoryReport::timeline`].
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct TimelineStep {
+    /// `inputs`, a node name, or `outputs`.
+    pub step: String,
+    /// Bytes live with release at last use (the plan's bound at this point).
+    pub live_bytes: u64,
+    /// Bytes live if nothing were released before the end.
+    pub allocated_bytes: u64,
 }
 
 /// The result of [`Session::run`].
@@ -441,6 +455,17 @@ impl Session {
                 releases,
                 weight_bytes: devices[0].weight_bytes,
                 devices,
+                timeline: self
+                    .program
+                    .timeline_labels()
+                    .into_iter()
+                    .zip(&figures.timeline)
+                    .map(|(step, p)| TimelineStep {
+                        step,
+                        live_bytes: p.live_bytes,
+                        allocated_bytes: p.allocated_bytes,
+                    })
+                    .collect(),
             },
             latency: start.elapsed(),
         })

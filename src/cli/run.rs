@@ -63,6 +63,7 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
                 "releases": m.releases,
                 "weight_bytes": m.weight_bytes,
                 "devices": m.devices,
+                "timeline": m.timeline,
             },
             "kernels_per_device": session.kernels_per_device(),
         });

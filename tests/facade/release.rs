@@ -72,6 +72,22 @@ fn chain_peak_equals_the_live_set_bound() {
 }
 
 #[test]
+fn the_timeline_follows_release_at_last_use_step_by_step() {
+    let s = session(chain(), true);
+    let o = run(&s, vec![("x", x())]);
+    let t = &o.memory.timeline;
+    let steps: Vec<&str> = t.iter().map(|p| p.step.as_str()).collect();
+    assert_eq!(steps, ["inputs", "t1", "t2", "t3", "outputs"]);
+    // x is the caller's and lives throughout; each step holds its input and output.
+    let live: Vec<u64> = t.iter().map(|p| p.live_bytes).collect();
+    assert_eq!(live, [KB4, 2 * KB4, 3 * KB4, 3 * KB4, 2 * KB4]);
+    let allocated: Vec<u64> = t.iter().map(|p| p.allocated_bytes).collect();
+    assert_eq!(allocated, [KB4, 2 * KB4, 3 * KB4, 4 * KB4, 4 * KB4]);
+    assert_eq!(live.iter().max(), Some(&o.memory.live_set_bound_bytes));
+    assert_eq!(allocated.last(), Some(&o.memory.no_release_bytes));
+}
+
+#[test]
 fn diamond_peak_equals_the_live_set_bound() {
     let s = session(diamond(), true);
     let o = run(&s, vec![("x", x())]);

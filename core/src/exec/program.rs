@@ -143,6 +143,15 @@ impl CompiledGraph {
         out
     }
 
+    /// A label for each point of [`MemoryFigures::timeline`](crate::plan::MemoryFigures):
+    /// `inputs`, then each step's node name, then `outputs`.
+    pub fn timeline_labels(&self) -> Vec<String> {
+        let mut labels = vec!["inputs".to_string()];
+        labels.extend(self.plan.order.iter().map(|n| self.graph.nodes[n.index()].name.clone()));
+        labels.push("outputs".into());
+        labels
+    }
+
     /// The static facts of the graph outputs.
     pub fn output_facts(&self) -> Vec<Option<Fact>> {
         self.graph.outputs.iter().map(|o| self.facts[o.index()].clone()).collect()

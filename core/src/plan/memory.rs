@@ -40,6 +40,16 @@ pub struct ProviderFigures {
     pub no_release_bytes: u64,
 }
 
+/// Live bytes at one point of a run, all providers together.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct TimelinePoint {
+    /// Bytes live with release at last use (the bound's curve; a subgraph
+    /// step counts its own peak).
+    pub live_bytes: u64,
+    /// Bytes allocated so far: what would be live if nothing were released.
+    pub allocated_bytes: u64,
+}
+
 /// Memory figures of one run, in bytes. Initializers are not included: they
 /// belong to the session and are resident before and after every run.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -50,6 +60,9 @@ pub struct MemoryFigures {
     pub no_release_bytes: u64,
     /// The same figures per provider, in provider order.
     pub per_provider: Vec<ProviderFigures>,
+    /// Point 0 holds the graph inputs; point `s + 1` is step `s` (its inputs
+    /// and outputs live together); the last point adds the output copies.
+    pub timeline: Vec<TimelinePoint>,
 }
 
 impl Plan {
@@ -108,11 +121,13 @@ impl Plan {
         }
         let mut live = vec![vec![0u64; end_of_run + 1]; np];
         let mut extra = vec![vec![0u64; end_of_run + 1]; np];
+        let mut allocated = vec![0u64; end_of_run + 1];
         let mut per = vec![ProviderFigures::default(); np];
         for g in 0..nv {
             if size[g] == 0 || start[g] == usize::MAX {
                 continue;
             }
+            allocated[start[g]] += size[g];
             per[provider[g]].no_release_bytes += size[g];
             for t in live[provider[g]].iter_mut().take(end[g] + 1).skip(start[g]) {
                 *t += size[g];
@@ -129,7 +144,9 @@ impl Plan {
             }
             for (p, pf) in f.per_provider.iter().enumerate().take(np) {
                 extra[p][s + 1] = pf.live_set_bound.saturating_sub(outs[p]);
-                per[p].no_release_bytes += pf.no_release_bytes.saturating_sub(outs[p]);
+                let inner = pf.no_release_bytes.saturating_sub(outs[p]);
+                per[p].no_release_bytes += inner;
+                allocated[s + 1] += inner;
             }
         }
         for p in 0..np {
@@ -138,14 +155,22 @@ impl Plan {
             per[p].live_set_bound =
                 (0..=end_of_run).map(|t| live[p][t] + extra[p][t]).max().unwrap_or(0);
         }
-        let total = (0..=end_of_run)
-            .map(|t| (0..np).map(|p| live[p][t] + extra[p][t]).sum::<u64>())
-            .max()
-            .unwrap_or(0);
+        allocated[end_of_run] += trace.output_copies.iter().sum::<u64>();
+        let mut so_far = 0;
+        let timeline: Vec<TimelinePoint> = (0..=end_of_run)
+            .map(|t| {
+                so_far += allocated[t];
+                TimelinePoint {
+                    live_bytes: (0..np).map(|p| live[p][t] + extra[p][t]).sum(),
+                    allocated_bytes: so_far,
+                }
+            })
+            .collect();
         MemoryFigures {
-            live_set_bound: total,
+            live_set_bound: timeline.iter().map(|p| p.live_bytes).max().unwrap_or(0),
             no_release_bytes: per.iter().map(|p| p.no_release_bytes).sum(),
             per_provider: per,
+            timeline,
         }
     }
 

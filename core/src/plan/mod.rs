@@ -11,7 +11,7 @@
 mod memory;
 mod order;
 
-pub use memory::{MemoryFigures, ProviderFigures, RunTrace};
+pub use memory::{MemoryFigures, ProviderFigures, RunTrace, TimelinePoint};
 pub use order::topological_order;
 
 use crate::graph::{Graph, NodeId, ValueId};

@@ -274,6 +274,9 @@ pub struct TimelineStep {
     pub live_bytes: u64,
     /// Bytes live if nothing were released before the end.
     pub allocated_bytes: u64,
+    /// Bytes the providers really held at this point (their own accounting);
+    /// `None` for the output hand-over, which the executor does not measure.
+    pub measured_bytes: Option<u64>,
 }
 
 /// The result of [`Session::run`].
@@ -419,13 +422,14 @@ impl Session {
                 reason: "not provided".into(),
             })?);
         }
-        let opts = RunOptions { release_dead_values: self.release };
+        let opts =
+            RunOptions { release_dead_values: self.release, measure_timeline: true, clock: None };
         let refs = self.providers();
         let ran = pollster::block_on(exec::run_on_host(&self.program, &refs, &ordered, opts))
             .map_err(|source| Error::Run { device: self.device.clone(), source })?;
         let names = g.outputs.iter().map(|&o| g.value(o).name.clone());
         let values: Vec<(String, Value)> = names.zip(ran.outputs).collect();
-        let (figures, releases) = (ran.figures, ran.releases);
+        let (figures, releases, measured) = (ran.figures, ran.releases, ran.measured);
         if self.providers.len() > 1 {
             let counts = self.kernels_per_device();
             log::info!("{} kernel nodes ran on {} (fallback)", counts[1].1, counts[1].0);
@@ -460,10 +464,12 @@ impl Session {
                     .timeline_labels()
                     .into_iter()
                     .zip(&figures.timeline)
-                    .map(|(step, p)| TimelineStep {
+                    .enumerate()
+                    .map(|(i, (step, p))| TimelineStep {
                         step,
                         live_bytes: p.live_bytes,
                         allocated_bytes: p.allocated_bytes,
+                        measured_bytes: measured.get(i).copied(),
                     })
                     .collect(),
             },

@@ -385,7 +385,7 @@ struct MapState {
     waker: Option<std::task::Waker>,
 }
 
-/// Resolves when a `map_async` callback has fired.
+/// Resolves when a `map_async` (or queue completion) callback has fired.
 struct MapFuture {
     slot: Arc<Mutex<MapState>>,
 }
@@ -570,8 +570,25 @@ impl ExecutionProvider for WgpuProvider {
         #[cfg(not(target_arch = "wasm32"))]
         {
             let _ = self.gpu.device.poll(wgpu::PollType::wait_indefinitely());
+            Box::pin(std::future::ready(r))
         }
-        Box::pin(std::future::ready(r))
+        // In the browser nothing may block: wait for the queue's completion callback.
+        #[cfg(target_arch = "wasm32")]
+        {
+            let slot: Arc<Mutex<MapState>> = Arc::new(Mutex::new(MapState::default()));
+            let done = slot.clone();
+            self.gpu.queue.on_submitted_work_done(move || {
+                let mut s = done.lock().unwrap_or_else(|p| p.into_inner());
+                s.result = Some(Ok(()));
+                if let Some(w) = s.waker.take() {
+                    w.wake();
+                }
+            });
+            Box::pin(async move {
+                r?;
+                MapFuture { slot }.await.map_err(EpError::Device)
+            })
+        }
     }
 
     fn memory_stats(&self) -> MemoryStats {

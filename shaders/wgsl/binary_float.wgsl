@@ -20,6 +20,19 @@ override SAME_SHAPE: bool = false;
 @group(0) @binding(2) var<storage, read> b: array<u32>;
 @group(0) @binding(3) var<storage, read_write> y: array<u32>;
 
+// f32 to f16 bits, rounding to nearest even. pack2x16float is indeterminate
+// outside f16's finite range (SwiftShader gives NaN), so overflow, infinities
+// and NaN are spelled out.
+fn f16_bits(v: f32) -> u32 {
+    let b = bitcast<u32>(v);
+    let sign = (b >> 16u) & 0x8000u;
+    let mag = b & 0x7fffffffu;
+    if (mag > 0x7f800000u) { return 0x7e00u; }
+    if (mag >= 0x477ff000u) { return sign | 0x7c00u; }
+    if (mag > 0x477fe000u) { return sign | 0x7bffu; }
+    return pack2x16float(vec2<f32>(v, 0.0)) & 0xffffu;
+}
+
 fn decode(w: u32, i: u32) -> f32 {
     switch DT_IN {
         case 10u: { return unpack2x16float(w)[i & 1u]; }
@@ -73,9 +86,12 @@ fn power(x: f32, z: f32) -> f32 {
     return pow(x, z);
 }
 
+// The largest finite f32, spelled exactly (Tint rejects a decimal literal that rounds past it).
+const F32_MAX: f32 = 0x1.fffffep+127f;
+
 fn fmod(x: f32, m: f32) -> f32 {
     // A finite x over an infinite m is x itself (the formula would give NaN).
-    if (abs(m) > 3.4028235e38 && abs(x) <= 3.4028235e38) { return x; }
+    if (abs(m) > F32_MAX && abs(x) <= F32_MAX) { return x; }
     return x - m * trunc(x / m);
 }
 
@@ -142,7 +158,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
             r1 = apply(v1.x, v1.y);
         }
         if (DT_OUT == 10u) {
-            y[j] = pack2x16float(vec2<f32>(r0, r1));
+            y[j] = f16_bits(r0) | (f16_bits(r1) << 16u);
         } else {
             y[j] = bf16_bits(r0) | (bf16_bits(r1) << 16u);
         }

@@ -15,6 +15,19 @@ override DT_OUT: u32 = 1u;
 @group(0) @binding(1) var<storage, read> x: array<u32>;
 @group(0) @binding(2) var<storage, read_write> y: array<u32>;
 
+// f32 to f16 bits, rounding to nearest even. pack2x16float is indeterminate
+// outside f16's finite range (SwiftShader gives NaN), so overflow, infinities
+// and NaN are spelled out.
+fn f16_bits(v: f32) -> u32 {
+    let b = bitcast<u32>(v);
+    let sign = (b >> 16u) & 0x8000u;
+    let mag = b & 0x7fffffffu;
+    if (mag > 0x7f800000u) { return 0x7e00u; }
+    if (mag >= 0x477ff000u) { return sign | 0x7c00u; }
+    if (mag > 0x477fe000u) { return sign | 0x7bffu; }
+    return pack2x16float(vec2<f32>(v, 0.0)) & 0xffffu;
+}
+
 fn bytes_of(dt: u32) -> u32 {
     switch dt {
         case 2u, 3u, 9u: { return 1u; }
@@ -104,7 +117,7 @@ fn convert(i: u32) -> vec2<u32> {
     if (is_float(DT_OUT)) {
         let f = as_float(r);
         switch DT_OUT {
-            case 10u: { return vec2<u32>(pack2x16float(vec2<f32>(f, 0.0)) & 0xffffu, 0u); }
+            case 10u: { return vec2<u32>(f16_bits(f), 0u); }
             case 16u: { return vec2<u32>(bf16_bits(f), 0u); }
             default: { return vec2<u32>(bitcast<u32>(f), 0u); }
         }

@@ -16,6 +16,26 @@ override DT_OUT: u32 = 1u;
 @group(0) @binding(1) var<storage, read> x: array<u32>;
 @group(0) @binding(2) var<storage, read_write> y: array<u32>;
 
+// f32 to f16 bits, rounding to nearest even. pack2x16float is indeterminate
+// outside f16's finite range (SwiftShader gives NaN), so overflow, infinities
+// and NaN are spelled out.
+// ln(v) with ln(0) = -inf exactly (SwiftShader's log(0) is about -88). The
+// infinity is built from v's bits so that it is not a constant expression.
+fn ln(v: f32) -> f32 {
+    if (v == 0.0) { return bitcast<f32>((bitcast<u32>(v) & 0u) | 0xff800000u); }
+    return log(v);
+}
+
+fn f16_bits(v: f32) -> u32 {
+    let b = bitcast<u32>(v);
+    let sign = (b >> 16u) & 0x8000u;
+    let mag = b & 0x7fffffffu;
+    if (mag > 0x7f800000u) { return 0x7e00u; }
+    if (mag >= 0x477ff000u) { return sign | 0x7c00u; }
+    if (mag > 0x477fe000u) { return sign | 0x7bffu; }
+    return pack2x16float(vec2<f32>(v, 0.0)) & 0xffffu;
+}
+
 fn per_word(dt: u32) -> u32 {
     switch dt {
         case 10u, 16u: { return 2u; }
@@ -100,7 +120,7 @@ fn apply(v: f32) -> f32 {
         case 0u: { return abs(v); }
         case 1u: { return -v; }
         case 2u: { return exp(v); }
-        case 3u: { return log(v); }
+        case 3u: { return ln(v); }
         case 4u: { return sqrt(v); }
         case 5u: { return 1.0 / v; }
         case 6u: { return floor(v); }
@@ -184,7 +204,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
         let a = apply(load(first));
         var b = 0.0;
         if (first + 1u < n) { b = apply(load(first + 1u)); }
-        y[j] = pack2x16float(vec2<f32>(a, b));
+        y[j] = f16_bits(a) | (f16_bits(b) << 16u);
     } else if (DT_OUT == 16u) {
         let a = bf16_bits(apply(load(first)));
         var b = 0u;

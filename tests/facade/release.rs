@@ -85,6 +85,17 @@ fn the_timeline_follows_release_at_last_use_step_by_step() {
     assert_eq!(allocated, [KB4, 2 * KB4, 3 * KB4, 4 * KB4, 4 * KB4]);
     assert_eq!(live.iter().max(), Some(&o.memory.live_set_bound_bytes));
     assert_eq!(allocated.last(), Some(&o.memory.no_release_bytes));
+    // The CPU provider's own accounting agrees with the plan at every step.
+    let measured: Vec<Option<u64>> = t.iter().map(|p| p.measured_bytes).collect();
+    assert_eq!(measured, [Some(KB4), Some(2 * KB4), Some(3 * KB4), Some(3 * KB4), None]);
+}
+
+#[test]
+fn without_release_the_measured_timeline_only_grows() {
+    let s = session(chain(), false);
+    let o = run(&s, vec![("x", x())]);
+    let measured: Vec<Option<u64>> = o.memory.timeline.iter().map(|p| p.measured_bytes).collect();
+    assert_eq!(measured, [Some(KB4), Some(2 * KB4), Some(3 * KB4), Some(4 * KB4), None]);
 }
 
 #[test]

@@ -19,6 +19,10 @@ pub struct HostRun {
     pub figures: MemoryFigures,
     /// Buffers released at last use.
     pub releases: u64,
+    /// The measured timeline, when asked for (see [`super::RunResult::measured`]).
+    pub measured: Vec<u64>,
+    /// Step wall times when profiling (see [`super::RunResult::step_ms`]).
+    pub step_ms: Vec<f64>,
 }
 
 /// Runs `cg` on host `inputs` (one per graph input, in order).
@@ -138,7 +142,13 @@ async fn upload_and_run(
     if let Some(e) = first_err {
         return Err(e);
     }
-    Ok(HostRun { outputs, figures: result.figures, releases: result.releases })
+    Ok(HostRun {
+        outputs,
+        figures: result.figures,
+        releases: result.releases,
+        measured: result.measured,
+        step_ms: result.step_ms,
+    })
 }
 
 fn provider_for<'p>(

@@ -22,11 +22,18 @@ pub struct RunOptions {
     /// Release every intermediate right after its last consumer (default). Off keeps
     /// them all until the end of the run, and disables in-place reuse, for comparison.
     pub release_dead_values: bool,
+    /// Read every provider's bytes in use after each top-level step and return
+    /// them in [`RunResult::measured`] (for memory charts; costs a stats read per step).
+    pub measure_timeline: bool,
+    /// Profiling: with a clock (milliseconds from any origin), every provider
+    /// is synchronized after each top-level step and the step's wall time is
+    /// returned in [`RunResult::step_ms`]. Slower: use it to see where time goes.
+    pub clock: Option<fn() -> f64>,
 }
 
 impl Default for RunOptions {
     fn default() -> Self {
-        RunOptions { release_dead_values: true }
+        RunOptions { release_dead_values: true, measure_timeline: false, clock: None }
     }
 }
 
@@ -48,6 +55,14 @@ pub struct RunResult {
     pub figures: MemoryFigures,
     /// Buffers released at last use during the run.
     pub releases: u64,
+    /// With [`RunOptions::measure_timeline`]: bytes in use on all providers
+    /// together, less what they held before the run, with the inputs bound and
+    /// then as each top-level step finishes (before its dead values are
+    /// released), aligned with the plan's timeline. Empty otherwise.
+    pub measured: Vec<u64>,
+    /// With [`RunOptions::clock`]: the wall time of each top-level step, in
+    /// plan order, its device work included. Empty otherwise.
+    pub step_ms: Vec<f64>,
 }
 
 /// Runs a compiled graph. Input buffers are lent: the executor never frees or
@@ -69,10 +84,19 @@ pub async fn run(
         release: opts.release_dead_values,
         releases: 0,
         deferred: Vec::new(),
+        measured: None,
+        clock: opts.clock,
+        step_ms: Vec::new(),
     };
+    if opts.measure_timeline {
+        // Measured from what the providers held before the inputs were lent to us.
+        let lent: u64 = inputs.iter().flat_map(tensors).map(|t| t.buffer.size).sum();
+        ex.measured = Some((ex.in_use().saturating_sub(lent), Vec::new()));
+    }
     let result = async {
         let bindings = ex.bind_inputs(cg, inputs)?;
-        let (outs, figures) = ex.run_graph(cg, bindings).await?;
+        ex.measure();
+        let (outs, figures) = ex.run_graph(cg, bindings, true).await?;
         ex.free_deferred()?;
         let outputs: Vec<DeviceValue> = outs.iter().map(|v| ex.device_value(v)).collect();
         for v in &outputs {
@@ -85,7 +109,9 @@ pub async fn run(
         if !ex.ledger.is_empty() {
             return Err(Error::Internal(format!("{} buffers leaked by the run", ex.ledger.len())));
         }
-        Ok(RunResult { outputs, figures, releases: ex.releases })
+        let measured = ex.measured.take().map(|(_, m)| m).unwrap_or_default();
+        let step_ms = std::mem::take(&mut ex.step_ms);
+        Ok(RunResult { outputs, figures, releases: ex.releases, measured, step_ms })
     }
     .await;
     if result.is_err() {
@@ -155,6 +181,7 @@ impl<'a> Exec<'a> {
         &'s mut self,
         cg: &'s CompiledGraph,
         bindings: Vec<(ValueId, Val)>,
+        top_level: bool,
     ) -> Pin<Box<dyn Future<Output = Result<Outputs, Error>> + 's>>
     where
         'a: 's,
@@ -181,8 +208,20 @@ impl<'a> Exec<'a> {
                 }
                 frame.vals[v.index()] = Some(val);
             }
+            let clock = if top_level { self.clock } else { None };
+            if clock.is_some() {
+                self.synchronize().await?;
+            }
             for (s, step) in cg.steps.iter().enumerate() {
+                let start = clock.map(|now| now());
                 self.step(cg, &mut frame, s, step).await?;
+                if let (Some(now), Some(start)) = (clock, start) {
+                    self.synchronize().await?;
+                    self.step_ms.push(now() - start);
+                }
+                if top_level {
+                    self.measure();
+                }
                 if self.release {
                     for &v in &cg.plan.releases[s] {
                         frame.host.remove(&v);
@@ -451,9 +490,12 @@ impl<'a> Exec<'a> {
                     self.hold(&val, false);
                     bindings.push((*inner, val));
                 }
-                let (outs, figures) = self.run_graph(branch, bindings).await.map_err(|e| {
-                    Error::Subgraph { node: node.desc(), branch: name.into(), source: Box::new(e) }
-                })?;
+                let (outs, figures) =
+                    self.run_graph(branch, bindings, false).await.map_err(|e| Error::Subgraph {
+                        node: node.desc(),
+                        branch: name.into(),
+                        source: Box::new(e),
+                    })?;
                 frame.trace.inner[s] = Some(figures);
                 for (o, val) in node.outputs.iter().zip(outs) {
                     match o {

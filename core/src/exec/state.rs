@@ -62,11 +62,39 @@ pub(super) struct Exec<'a> {
     pub(super) releases: u64,
     /// Owned buffers with no references left, freed at the end of the run.
     pub(super) deferred: Vec<usize>,
+    /// With a measured timeline: the bytes in use before the run, and the points so far.
+    pub(super) measured: Option<(u64, Vec<u64>)>,
+    /// The profiling clock, and the wall time of each top-level step so far.
+    pub(super) clock: Option<fn() -> f64>,
+    pub(super) step_ms: Vec<f64>,
 }
 
 pub(super) type Outputs = (Vec<Val>, MemoryFigures);
 
 impl<'a> Exec<'a> {
+    /// Bytes in use on all providers together.
+    pub(super) fn in_use(&self) -> u64 {
+        self.providers.iter().map(|p| p.memory_stats().in_use_bytes).sum()
+    }
+
+    /// Waits for every provider's queued work.
+    pub(super) async fn synchronize(&self) -> Result<(), Error> {
+        for (p, ep) in self.providers.iter().enumerate() {
+            ep.synchronize().await.map_err(|e| self.provider_err(p, "synchronizing".into(), e))?;
+        }
+        Ok(())
+    }
+
+    /// Appends a point to the measured timeline, when one is kept.
+    pub(super) fn measure(&mut self) {
+        if self.measured.is_some() {
+            let now = self.in_use();
+            if let Some((base, points)) = &mut self.measured {
+                points.push(now.saturating_sub(*base));
+            }
+        }
+    }
+
     pub(super) fn provider_err(
         &self,
         p: usize,

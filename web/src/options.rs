@@ -1,0 +1,168 @@
+//! Reading `InferenceSession.create`'s arguments: the model (bytes or URL) and
+//! the options object, in onnxruntime-web's spelling.
+
+use js_sys::{ArrayBuffer, Object, Reflect, Uint8Array};
+use wasm_bindgen::prelude::*;
+use wasm_bindgen_futures::JsFuture;
+
+/// An execution provider the caller asked for.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Ep {
+    /// WebGPU through the wgpu backend.
+    WebGpu,
+    /// The CPU backend compiled to wasm (`cpu` or `wasm`).
+    Cpu,
+}
+
+impl Ep {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Ep::WebGpu => "webgpu",
+            Ep::Cpu => "cpu",
+        }
+    }
+}
+
+/// The settings of `InferenceSession.create`.
+pub(crate) struct CreateOptions {
+    /// Tried in order; the first that opens wins.
+    pub(crate) providers: Vec<Ep>,
+    /// Release intermediates at last use (default on).
+    pub(crate) release: bool,
+    /// No per-node CPU fallback and no provider fallback.
+    pub(crate) strict: bool,
+    /// `(path, bytes or URL)` of external data files.
+    pub(crate) external: Vec<(String, JsValue)>,
+}
+
+fn get(obj: &JsValue, key: &str) -> JsValue {
+    Reflect::get(obj, &key.into()).unwrap_or(JsValue::UNDEFINED)
+}
+
+fn flag(obj: &JsValue, key: &str, default: bool) -> Result<bool, JsError> {
+    let v = get(obj, key);
+    if v.is_undefined() || v.is_null() {
+        return Ok(default);
+    }
+    v.as_bool().ok_or_else(|| JsError::new(&format!("option '{key}' must be a boolean")))
+}
+
+/// Parses the options object (`undefined` gives the defaults).
+pub(crate) fn parse(options: &JsValue) -> Result<CreateOptions, JsError> {
+    let mut opts = CreateOptions {
+        providers: vec![Ep::WebGpu, Ep::Cpu],
+        release: true,
+        strict: false,
+        external: Vec::new(),
+    };
+    if options.is_undefined() || options.is_null() {
+        return Ok(opts);
+    }
+    if !options.is_object() {
+        return Err(JsError::new("session options must be an object"));
+    }
+    opts.release = flag(options, "releaseDeadValues", true)?;
+    opts.strict = flag(options, "strict", false)?;
+    let eps = get(options, "executionProviders");
+    if !eps.is_undefined() && !eps.is_null() {
+        let list: js_sys::Array =
+            eps.dyn_into().map_err(|_| JsError::new("'executionProviders' must be an array"))?;
+        opts.providers.clear();
+        for item in list.iter() {
+            // onnxruntime-web takes names or `{ name: 'webgpu', ... }` objects.
+            let name = item
+                .as_string()
+                .or_else(|| get(&item, "name").as_string())
+                .ok_or_else(|| JsError::new("an execution provider must be a name or { name }"))?;
+            match name.as_str() {
+                "webgpu" => opts.providers.push(Ep::WebGpu),
+                "cpu" | "wasm" => opts.providers.push(Ep::Cpu),
+                other => web_sys::console::warn_1(
+                    &format!(
+                        "onyx: skipping execution provider '{other}' (Onyx has webgpu, cpu/wasm)"
+                    )
+                    .into(),
+                ),
+            }
+        }
+        if opts.providers.is_empty() {
+            return Err(JsError::new(
+                "no usable execution provider in 'executionProviders' (Onyx has webgpu, cpu/wasm)",
+            ));
+        }
+    }
+    let external = get(options, "externalData");
+    if !external.is_undefined() && !external.is_null() {
+        let list: js_sys::Array = external
+            .dyn_into()
+            .map_err(|_| JsError::new("'externalData' must be an array of { path, data }"))?;
+        for item in list.iter() {
+            let path = get(&item, "path")
+                .as_string()
+                .ok_or_else(|| JsError::new("an externalData entry needs a string 'path'"))?;
+            opts.external.push((path, get(&item, "data")));
+        }
+    }
+    Ok(opts)
+}
+
+/// The bytes of a `Uint8Array`, `ArrayBuffer` or other typed array, or of
+/// the response to a URL string (fetched with the global `fetch`, so it works
+/// in pages and workers).
+pub(crate) async fn bytes_of(source: &JsValue, what: &str) -> Result<Vec<u8>, JsError> {
+    if let Some(url) = source.as_string() {
+        return fetch(&url)
+            .await
+            .map_err(|e| JsError::new(&format!("fetching {what} '{url}': {e}")));
+    }
+    if source.is_instance_of::<ArrayBuffer>() {
+        return Ok(Uint8Array::new(source).to_vec());
+    }
+    if ArrayBuffer::is_view(source) {
+        let buffer = get(source, "buffer");
+        let offset = get(source, "byteOffset").as_f64().unwrap_or(0.0) as u32;
+        let len = get(source, "byteLength").as_f64().unwrap_or(0.0) as u32;
+        return Ok(Uint8Array::new_with_byte_offset_and_length(&buffer, offset, len).to_vec());
+    }
+    Err(JsError::new(&format!("{what} must be a Uint8Array, an ArrayBuffer or a URL string")))
+}
+
+async fn fetch(url: &str) -> Result<Vec<u8>, String> {
+    let describe = |e: JsValue| {
+        e.dyn_ref::<js_sys::Error>()
+            .map(|e| String::from(e.message()))
+            .or_else(|| e.as_string())
+            .unwrap_or_else(|| format!("{e:?}"))
+    };
+    let global: Object = js_sys::global();
+    let fetch: js_sys::Function =
+        get(&global, "fetch").dyn_into().map_err(|_| "this context has no fetch".to_string())?;
+    let promise: js_sys::Promise =
+        fetch.call1(&global, &url.into()).map_err(describe)?.unchecked_into();
+    let response = JsFuture::from(promise).await.map_err(describe)?;
+    if !get(&response, "ok").is_truthy() {
+        let status = get(&response, "status").as_f64().unwrap_or(0.0);
+        return Err(format!("HTTP status {status}"));
+    }
+    let array_buffer: js_sys::Function = get(&response, "arrayBuffer").unchecked_into();
+    let promise: js_sys::Promise =
+        array_buffer.call0(&response).map_err(describe)?.unchecked_into();
+    let body = JsFuture::from(promise).await.map_err(describe)?;
+    Ok(Uint8Array::new(&body).to_vec())
+}
+
+/// Whether the global scope exposes `navigator.gpu`.
+pub(crate) fn has_webgpu() -> bool {
+    let navigator = get(&js_sys::global(), "navigator");
+    !navigator.is_undefined() && !get(&navigator, "gpu").is_undefined()
+}
+
+/// `performance.now()` in milliseconds (0 where there is no `performance`).
+pub(crate) fn now_ms() -> f64 {
+    let performance = get(&js_sys::global(), "performance");
+    let now = get(&performance, "now");
+    now.dyn_ref::<js_sys::Function>()
+        .and_then(|f| f.call0(&performance).ok())
+        .and_then(|v| v.as_f64())
+        .unwrap_or(0.0)
+}

@@ -1,0 +1,372 @@
+//! `InferenceSession`: create, describe, run, report memory, release.
+
+use std::collections::{BTreeMap, HashMap};
+use std::rc::Rc;
+
+use bytes::Bytes;
+use js_sys::{Array, Object, Promise, Reflect};
+use onyx_core::graph::ValueInfo;
+use onyx_core::onnx::external::MemoryExternalData;
+use onyx_core::shape::Dim as ShapeDim;
+use onyx_core::tensor::{Tensor as HostTensor, Value};
+use wasm_bindgen::prelude::*;
+use wasm_bindgen_futures::future_to_promise;
+
+use crate::engine::Engine;
+use crate::error::js_error;
+use crate::options::{self, bytes_of};
+use crate::report::{Description, DeviceSummary, Dim, IoMetadata, NodePlacement, to_js};
+use crate::tensor::Tensor;
+
+/// A model compiled for WebGPU (with per-node CPU fallback) or the CPU.
+#[wasm_bindgen]
+pub struct InferenceSession {
+    /// `None` once released.
+    engine: Option<Rc<Engine>>,
+}
+
+fn metadata(info: &ValueInfo) -> IoMetadata {
+    let declared = info.declared.as_ref();
+    IoMetadata {
+        name: info.name.clone(),
+        is_tensor: declared.is_none_or(|t| t.tensor_dtype().is_some()),
+        dtype: declared.and_then(|t| t.tensor_dtype()).map(|d| d.name().to_string()),
+        shape: declared.and_then(|t| t.tensor_shape()).map(|s| {
+            s.dims()
+                .iter()
+                .map(|d| match d {
+                    ShapeDim::Known(n) => Dim::Known(*n as u64),
+                    ShapeDim::Sym(s) => Dim::Sym(s.to_string()),
+                    ShapeDim::Unknown => Dim::Unknown,
+                })
+                .collect()
+        }),
+    }
+}
+
+fn get(obj: &JsValue, key: &str) -> JsValue {
+    Reflect::get(obj, &key.into()).unwrap_or(JsValue::UNDEFINED)
+}
+
+/// A host tensor from anything shaped like a tensor (`type`, `data`, `dims`):
+/// Onyx's own `Tensor`s and onnxruntime-web's alike.
+fn tensor_of(name: &str, value: &JsValue) -> Result<HostTensor, JsError> {
+    let bad = |why: &str| JsError::new(&format!("input '{name}': {why}"));
+    let type_ = get(value, "type").as_string().ok_or_else(|| bad("not a Tensor (no 'type')"))?;
+    let dims = get(value, "dims");
+    let dims: Option<Vec<f64>> = if dims.is_undefined() {
+        None
+    } else {
+        Some(
+            Array::from(&dims)
+                .iter()
+                .map(|d| d.as_f64().ok_or_else(|| bad("'dims' must hold numbers")))
+                .collect::<Result<_, _>>()?,
+        )
+    };
+    Tensor::new(&type_, get(value, "data"), dims).map(|t| t.inner).map_err(|_| {
+        bad(&format!("cannot read its {type_} data with dims {:?}", get(value, "dims")))
+    })
+}
+
+fn outputs_object(names: &[String], values: Vec<Value>) -> Object {
+    let out = Object::new();
+    for (name, value) in names.iter().zip(values) {
+        let js: JsValue = match value {
+            Value::Tensor(t) => Tensor::from_host(t).into(),
+            Value::Sequence(_, items) => items
+                .into_iter()
+                .map(|t| JsValue::from(Tensor::from_host(t)))
+                .collect::<Array>()
+                .into(),
+        };
+        // Setting a property on a fresh plain object cannot fail.
+        let _ = Reflect::set(&out, &name.into(), &js);
+    }
+    out
+}
+
+#[wasm_bindgen]
+impl InferenceSession {
+    /// Loads a model from bytes (`Uint8Array`, `ArrayBuffer`) or a URL, opens
+    /// the first available execution provider of `options.executionProviders`
+    /// (default `['webgpu', 'cpu']`), compiles and uploads the weights.
+    ///
+    /// Options: `executionProviders`, `releaseDeadValues` (default true),
+    /// `externalData: [{ path, data }]` (data as bytes or a URL), and
+    /// `strict` (no fallback between providers or per node).
+    ///
+    /// # Errors
+    /// An `Error` carrying the whole chain for unreadable models, unavailable
+    /// providers or nodes that cannot be compiled.
+    pub async fn create(
+        #[wasm_bindgen(unchecked_param_type = "Uint8Array | ArrayBuffer | string")] model: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "SessionOptions")] options: Option<Object>,
+    ) -> Result<InferenceSession, JsError> {
+        let opts = options::parse(&options.map_or(JsValue::UNDEFINED, JsValue::from))?;
+        let bytes = bytes_of(&model, "the model").await?;
+        let mut external = MemoryExternalData::new();
+        for (path, data) in &opts.external {
+            let data = bytes_of(data, &format!("external data '{path}'")).await?;
+            external
+                .insert(path, Bytes::from(data))
+                .map_err(|e| js_error(&format!("external data '{path}'"), &e))?;
+        }
+        let model = onyx_core::onnx::load_model_bytes(Bytes::from(bytes), &external)
+            .map_err(|e| js_error("loading the model", &e))?;
+        let engine = Engine::new(model, &opts)
+            .await
+            .map_err(|e| JsError::new(&format!("creating a session: {e}")))?;
+        Ok(InferenceSession { engine: Some(Rc::new(engine)) })
+    }
+
+    fn engine(&self) -> Result<&Rc<Engine>, JsError> {
+        self.engine.as_ref().ok_or_else(|| JsError::new("the session was released"))
+    }
+
+    fn io_names(&self, outputs: bool) -> Vec<String> {
+        self.engine.as_ref().map_or_else(Vec::new, |e| {
+            let g = &e.model.graph;
+            let ids = if outputs { &g.outputs } else { &g.inputs };
+            ids.iter().map(|&v| g.value(v).name.clone()).collect()
+        })
+    }
+
+    /// The names of the inputs a caller feeds.
+    #[wasm_bindgen(getter, js_name = inputNames)]
+    pub fn input_names(&self) -> Vec<String> {
+        self.io_names(false)
+    }
+
+    /// The names of the outputs.
+    #[wasm_bindgen(getter, js_name = outputNames)]
+    pub fn output_names(&self) -> Vec<String> {
+        self.io_names(true)
+    }
+
+    fn io_metadata(&self, outputs: bool) -> JsValue {
+        let Some(e) = &self.engine else { return Array::new().into() };
+        let g = &e.model.graph;
+        let ids = if outputs { &g.outputs } else { &g.inputs };
+        to_js(&ids.iter().map(|&v| metadata(g.value(v))).collect::<Vec<_>>())
+    }
+
+    /// `[{ name, isTensor, type, shape }]` of the inputs; symbolic dims are names.
+    #[wasm_bindgen(getter, js_name = inputMetadata, unchecked_return_type = "ValueMetadata[]")]
+    pub fn input_metadata(&self) -> JsValue {
+        self.io_metadata(false)
+    }
+
+    /// `[{ name, isTensor, type, shape }]` of the outputs.
+    #[wasm_bindgen(getter, js_name = outputMetadata, unchecked_return_type = "ValueMetadata[]")]
+    pub fn output_metadata(&self) -> JsValue {
+        self.io_metadata(true)
+    }
+
+    /// The execution provider in use: `webgpu` or `cpu`.
+    #[wasm_bindgen(getter, js_name = executionProvider)]
+    pub fn execution_provider(&self) -> Option<String> {
+        self.engine.as_ref().map(|e| e.ep.name().to_string())
+    }
+
+    /// The model and its placement: inputs, outputs, op histogram, the device
+    /// of every kernel node, kernels and weight bytes per device, the adapter.
+    ///
+    /// # Errors
+    /// An `Error` after `release()`.
+    #[wasm_bindgen(unchecked_return_type = "ModelDescription")]
+    pub fn describe(&self) -> Result<JsValue, JsError> {
+        let e = self.engine()?;
+        let g = &e.model.graph;
+        let mut hist: BTreeMap<&str, usize> = BTreeMap::new();
+        for n in &g.nodes {
+            *hist.entry(n.op_type.as_str()).or_default() += 1;
+        }
+        let mut ops: Vec<(String, usize)> = hist.into_iter().map(|(k, v)| (k.into(), v)).collect();
+        ops.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        let names: Vec<String> = e.providers.iter().map(|p| p.name()).collect();
+        let kernels = e.program.kernels_per_provider(names.len());
+        let weights = e.program.weight_bytes(names.len());
+        let description = Description {
+            execution_provider: e.ep.name().into(),
+            adapter: e.adapter.clone(),
+            skipped: e.skipped.clone(),
+            producer: e.model.producer.clone(),
+            opsets: e.model.opsets.iter().map(|(d, v)| (d.clone(), *v)).collect(),
+            inputs: g.inputs.iter().map(|&v| metadata(g.value(v))).collect(),
+            outputs: g.outputs.iter().map(|&v| metadata(g.value(v))).collect(),
+            ops,
+            nodes: e
+                .program
+                .placement()
+                .into_iter()
+                .map(|(n, p)| NodePlacement {
+                    name: n.name,
+                    op: n.op_type,
+                    domain: n.domain,
+                    device: names[p].clone(),
+                })
+                .collect(),
+            devices: names
+                .iter()
+                .enumerate()
+                .map(|(i, d)| DeviceSummary {
+                    device: d.clone(),
+                    kernels: kernels[i],
+                    weight_bytes: weights[i],
+                })
+                .collect(),
+        };
+        Ok(to_js(&description))
+    }
+
+    /// Runs the model on `feeds` (input name → tensor) and resolves to an
+    /// object of output name → `Tensor`. `options.releaseDeadValues`
+    /// overrides the session's setting for this run; `options.profile` times
+    /// every step (see the report's timeline). Runs on one session do
+    /// not overlap: await one before starting the next.
+    ///
+    /// # Errors
+    /// An `Error` (synchronously, or as the rejection) for missing, unknown or
+    /// mistyped inputs, and for failures with the node, op and backend.
+    #[wasm_bindgen(unchecked_return_type = "Promise<Record<string, Tensor>>")]
+    pub fn run(
+        &self,
+        #[wasm_bindgen(unchecked_param_type = "Record<string, TensorLike>")] feeds: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "RunOptions")] options: Option<Object>,
+    ) -> Result<Promise, JsError> {
+        let options = options.map_or(JsValue::UNDEFINED, JsValue::from);
+        let engine = self.engine()?.clone();
+        if engine.running.get() {
+            return Err(JsError::new(
+                "a run is already in progress on this session; await it first",
+            ));
+        }
+        if !feeds.is_object() {
+            return Err(JsError::new("feeds must be an object of input name → Tensor"));
+        }
+        let g = &engine.model.graph;
+        let names: Vec<String> = g.inputs.iter().map(|&v| g.value(v).name.clone()).collect();
+        for key in Object::keys(feeds.unchecked_ref::<Object>()).iter() {
+            let key = key.as_string().unwrap_or_default();
+            if !names.contains(&key) {
+                return Err(JsError::new(&format!(
+                    "input '{key}': the model has no such input (inputs: {})",
+                    names.join(", ")
+                )));
+            }
+        }
+        let mut inputs = Vec::with_capacity(names.len());
+        for name in &names {
+            let value = get(&feeds, name);
+            if value.is_undefined() {
+                return Err(JsError::new(&format!("input '{name}': not provided")));
+            }
+            inputs.push(Value::Tensor(tensor_of(name, &value)?));
+        }
+        let release = get(&options, "releaseDeadValues").as_bool().unwrap_or(engine.release);
+        let profile = get(&options, "profile").as_bool().unwrap_or(false);
+        let outputs: Vec<String> = g.outputs.iter().map(|&v| g.value(v).name.clone()).collect();
+        engine.running.set(true);
+        Ok(future_to_promise(async move {
+            let result = engine.run(inputs, release, profile).await;
+            engine.running.set(false);
+            match result {
+                Ok(values) => Ok(outputs_object(&outputs, values).into()),
+                Err(e) => Err(JsError::new(&e).into()),
+            }
+        }))
+    }
+
+    /// The memory report of the last run, or `null` before the first:
+    /// `{ peakBytes, noReleaseBytes, liveSetBoundBytes, releases, weightBytes,
+    /// releaseDeadValues, latencyMs, devices: [...], timeline: [{ step,
+    /// liveBytes, allocatedBytes, measuredBytes }] }`.
+    #[wasm_bindgen(js_name = memoryReport, unchecked_return_type = "MemoryReport | null")]
+    pub fn memory_report(&self) -> JsValue {
+        match self.engine.as_ref().and_then(|e| e.last.borrow().clone()) {
+            Some(r) => to_js(&r),
+            None => JsValue::NULL,
+        }
+    }
+
+    /// Bytes each device holds now (weights included): `[[device, bytes]]`.
+    #[wasm_bindgen(js_name = bytesInUse, unchecked_return_type = "Array<[string, number]>")]
+    pub fn bytes_in_use(&self) -> JsValue {
+        to_js(&self.engine.as_ref().map(|e| e.in_use()).unwrap_or_default())
+    }
+
+    /// Deterministic generated inputs from the declared types and shapes:
+    /// floats in [-1, 1), integers in [0, 100). `dims` maps symbolic dim
+    /// names to sizes (others are 1).
+    ///
+    /// # Errors
+    /// An `Error` for inputs without a declared type or shape.
+    #[wasm_bindgen(js_name = generateInputs, unchecked_return_type = "Record<string, Tensor>")]
+    pub fn generate_inputs(
+        &self,
+        #[wasm_bindgen(unchecked_param_type = "Record<string, number>")] dims: Option<Object>,
+        seed: Option<f64>,
+    ) -> Result<Object, JsError> {
+        let dims = dims.map_or(JsValue::UNDEFINED, JsValue::from);
+        let e = self.engine()?;
+        let mut sizes = HashMap::new();
+        if dims.is_object() {
+            for key in Object::keys(dims.unchecked_ref::<Object>()).iter() {
+                let name = key.as_string().unwrap_or_default();
+                let size = get(&dims, &name)
+                    .as_f64()
+                    .ok_or_else(|| JsError::new(&format!("dim '{name}' must be a number")))?;
+                sizes.insert(name, size as usize);
+            }
+        }
+        let g = &e.model.graph;
+        let infos: Vec<ValueInfo> = g.inputs.iter().map(|&v| g.value(v).clone()).collect();
+        let generated =
+            onyx_core::inputs::random_inputs(&infos, &sizes, seed.unwrap_or(0.0) as u64)
+                .map_err(|err| js_error("generating inputs", &err))?;
+        let names: Vec<String> = generated.iter().map(|(n, _)| n.clone()).collect();
+        Ok(outputs_object(&names, generated.into_iter().map(|(_, v)| v).collect()))
+    }
+
+    /// Frees the session's weights on every device. Later calls fail.
+    ///
+    /// # Errors
+    /// Rejects while a run is in flight (the session stays usable) or when a
+    /// provider refuses a free.
+    #[wasm_bindgen(unchecked_return_type = "Promise<void>")]
+    pub fn release(&mut self) -> Promise {
+        let result: Result<(), JsError> = match self.engine.take() {
+            None => Ok(()),
+            Some(rc) => match Rc::try_unwrap(rc) {
+                Ok(mut engine) => {
+                    engine.free_weights().map_err(|e| JsError::new(&e)).and_then(|()| {
+                        // Every byte goes back through the providers' deallocate: check it.
+                        let held: Vec<String> = engine
+                            .in_use()
+                            .into_iter()
+                            .filter(|(_, bytes)| *bytes > 0)
+                            .map(|(device, bytes)| format!("{bytes} bytes on {device}"))
+                            .collect();
+                        if held.is_empty() {
+                            Ok(())
+                        } else {
+                            Err(JsError::new(&format!(
+                                "still held after release: {}",
+                                held.join(", ")
+                            )))
+                        }
+                    })
+                }
+                Err(rc) => {
+                    self.engine = Some(rc);
+                    Err(JsError::new("cannot release a session while a run is in progress"))
+                }
+            },
+        };
+        match result {
+            Ok(()) => Promise::resolve(&JsValue::UNDEFINED),
+            Err(e) => Promise::reject(&e.into()),
+        }
+    }
+}

@@ -233,7 +233,8 @@ impl WgpuProvider {
             return Ok(());
         }
         let mut constants = d.constants.clone();
-        if !matches!(d.shader, Shader::MatMul) {
+        // Row kernels dispatched by workgroup may pick their own size.
+        if !matches!(d.shader, Shader::MatMul) && !constants.iter().any(|(n, _)| *n == "WG") {
             constants.push(("WG", WG as f64));
         }
         let pipeline = self.pipeline(d.shader, d.entry, &constants)?;

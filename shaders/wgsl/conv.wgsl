@@ -8,6 +8,9 @@
 
 override WG: u32 = 256u;
 override HAS_BIAS: bool = false;
+// A 1x1 kernel with unit strides and no padding: each output reads one input
+// per channel at its own position, with none of the window arithmetic.
+override POINTWISE: bool = false;
 
 @group(0) @binding(0) var<storage, read> p: array<u32>;
 @group(0) @binding(1) var<storage, read> x: array<f32>;
@@ -40,6 +43,16 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     if (HAS_BIAS) { sum = bias[om]; }
     let ispatial = id.x * id.y * id.z;
     let kspatial = kd.x * kd.y * kd.z;
+    if (POINTWISE) {
+        var xi = (on * c_in + g * cg) * ispatial + opos;
+        let wbase = om * cg;
+        for (var ci = 0u; ci < cg; ci = ci + 1u) {
+            sum = sum + x[xi] * w[wbase + ci];
+            xi = xi + ispatial;
+        }
+        y[i] = sum;
+        return;
+    }
     for (var ci = 0u; ci < cg; ci = ci + 1u) {
         let xbase = (on * c_in + g * cg + ci) * ispatial;
         let wbase = (om * cg + ci) * kspatial;

@@ -22,22 +22,16 @@ override INPLACE: bool = false;
 @group(0) @binding(5) var<storage, read_write> mean_out: array<f32>;
 @group(0) @binding(6) var<storage, read_write> inv_out: array<f32>;
 
-var<workgroup> acc: array<f32, WG>;
+// Per invocation, then merged in one tree: the count, the mean and the sum of
+// squared deviations (Welford; RMS keeps the sum of squares, mean 0), so the
+// statistics take one reduction instead of a mean reduction and a variance one.
+var<workgroup> counts: array<f32, WG>;
+var<workgroup> means: array<f32, WG>;
+var<workgroup> squares: array<f32, WG>;
 
 fn load(k: u32) -> f32 {
     if (INPLACE) { return y[k]; }
     return x[k];
-}
-
-fn total(lid: u32) -> f32 {
-    for (var s = WG / 2u; s > 0u; s = s / 2u) {
-        workgroupBarrier();
-        if (lid < s) { acc[lid] = acc[lid] + acc[lid + s]; }
-    }
-    workgroupBarrier();
-    let t = acc[0];
-    workgroupBarrier();
-    return t;
 }
 
 @compute @workgroup_size(WG)
@@ -47,20 +41,38 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     if (row >= p[0]) { return; }
     let len = p[1];
     let base = row * len;
-    var mean = 0.0;
-    if (!RMS) {
-        var s = 0.0;
-        for (var k = lid; k < len; k = k + WG) { s = s + load(base + k); }
-        acc[lid] = s;
-        mean = total(lid) / f32(len);
-    }
+    var n = 0.0;
+    var mu = 0.0;
     var q = 0.0;
     for (var k = lid; k < len; k = k + WG) {
-        let d = load(base + k) - mean;
-        q = q + d * d;
+        let v = load(base + k);
+        n = n + 1.0;
+        if (RMS) {
+            q = q + v * v;
+        } else {
+            let d = v - mu;
+            mu = mu + d / n;
+            q = q + d * (v - mu);
+        }
     }
-    acc[lid] = q;
-    let inv = 1.0 / sqrt(total(lid) / f32(len) + bitcast<f32>(p[2]));
+    counts[lid] = n;
+    means[lid] = mu;
+    squares[lid] = q;
+    for (var half = WG / 2u; half > 0u; half = half / 2u) {
+        workgroupBarrier();
+        if (lid < half && counts[lid + half] > 0.0) {
+            let nb = counts[lid + half];
+            let na = counts[lid];
+            let total = na + nb;
+            let d = means[lid + half] - means[lid];
+            means[lid] = means[lid] + d * nb / total;
+            squares[lid] = squares[lid] + squares[lid + half] + d * d * na * nb / total;
+            counts[lid] = total;
+        }
+    }
+    workgroupBarrier();
+    let mean = means[0];
+    let inv = 1.0 / sqrt(squares[0] / f32(len) + bitcast<f32>(p[2]));
     for (var k = lid; k < len; k = k + WG) {
         let g = scale[select(k, 0u, p[3] == 1u)];
         var b = 0.0;

@@ -112,6 +112,24 @@ def simplified_cases():
     ]
 
 
+def conv_cases():
+    """Depthwise and grouped convolutions (default domain): the CPU computes
+    depthwise ones directly, so strides, dilations, asymmetric pads and channel
+    multipliers are checked against onnxruntime here."""
+    def conv(name, x, w, group, bias=True, **attrs):
+        ins = [("x", F32, x), ("w", F32, w)] + ([("b", F32, [w[0]])] if bias else [])
+        return case(name, "Conv", ins, [("y", F32)], dict(group=group, **attrs), domain="")
+    return [
+        conv("depthwise_conv_3x3_pad1", [1, 4, 9, 8], [4, 1, 3, 3], 4, bias=False, pads=[1, 1, 1, 1]),
+        conv("depthwise_conv_multiplier_stride2_dilation2", [2, 3, 11, 10], [6, 1, 3, 3], 3,
+             strides=[2, 2], dilations=[2, 2], pads=[2, 1, 1, 2]),
+        conv("depthwise_conv_5x5_strides_2_1_asymmetric_pads", [1, 8, 12, 12], [8, 1, 5, 5], 8,
+             strides=[2, 1], pads=[2, 2, 1, 2]),
+        conv("depthwise_conv_kernel_wider_than_input", [1, 2, 3, 2], [2, 1, 5, 5], 2, pads=[2, 2, 2, 2]),
+        conv("grouped_conv_two_channels_per_group", [1, 4, 6, 6], [4, 2, 3, 3], 2, pads=[1, 1, 1, 1]),
+    ]
+
+
 def build(c, declared):
     node = helper.make_node(
         c["op"], [i[0] if i else "" for i in c["inputs"]], [o[0] if o else "" for o in c["outputs"]],
@@ -137,7 +155,7 @@ def main():
     tmp = f"{out}.{os.getpid()}.partial"
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
-    cases = skip_cases() + simplified_cases()
+    cases = skip_cases() + simplified_cases() + conv_cases()
     opts = ort.SessionOptions()
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     for k, c in enumerate(cases):

@@ -84,6 +84,7 @@ async function demoTests(page, url) {
             steps: svg.querySelectorAll('rect.hit').length,
           } : null,
           topk: document.querySelectorAll('#topk .bar').length,
+          profile: document.querySelectorAll('#profile .bar').length,
         };
       });
       await page.screenshot({ path: join(out, `demo-${label}-${ep}.png`), fullPage: true });
@@ -95,6 +96,7 @@ async function demoTests(page, url) {
       check(`${name} peaks at the live-set bound with release on`, r.on.peakBytes === r.on.liveSetBoundBytes, `peak ${r.on.peakBytes}, bound ${r.on.liveSetBoundBytes}`);
       check(`${name} holds more with release off`, r.off.peakBytes > r.on.peakBytes && r.off.releases === 0, `off ${r.off.peakBytes}, on ${r.on.peakBytes}`);
       check(`${name} shows the top classes`, r.topk > 0, 'no top-k bars');
+      check(`${name} shows the time by operator`, r.profile > 0, 'no profile bars');
     }
   }
 }

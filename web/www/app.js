@@ -236,13 +236,16 @@ async function runModel() {
     const on = session.memoryReport();
     await session.run(feeds, { releaseDeadValues: false });
     const off = session.memoryReport();
+    // One profiled run: the device is synchronized after each step.
+    await session.run(feeds, { profile: true });
+    state.profile = session.memoryReport().timeline.filter((p) => p.ms != null);
     state.latency = { first, warmMedian: median(times), warmMin: Math.min(...times), warm: times };
     state.report = on;
     state.reportOff = off;
     state.outputs = Object.fromEntries(Object.entries(outputs).map(([k, t]) => [k, { type: t.type, dims: Array.from(t.dims), data: Array.from(t.toNumbers()) }]));
     showResults(outputs);
     showMemory(on, off);
-    setStatus('run-status', `Ran ${warm + 3} times on ${state.description.executionProvider}.`);
+    setStatus('run-status', `Ran ${warm + 4} times on ${state.description.executionProvider}.`);
     document.body.dataset.status = 'done';
   } catch (err) {
     fail('run-status', err);
@@ -268,6 +271,15 @@ function showResults(outputs) {
   $('topk-title').textContent = top ? `Top classes of ${top.name}${top.softmax ? ' (softmax)' : ''}` : 'Top classes';
   if (top) bars($('topk'), top.top.map(([i, p]) => [`class ${i}`, p]), (p) => `${(p * 100).toFixed(1)}%`);
   else $('topk').textContent = 'No classifier-shaped output.';
+  // Time by operator type, from the profiled run.
+  const opOf = Object.fromEntries(state.description.nodes.map((n) => [n.name, n.op]));
+  const byOp = {};
+  for (const p of state.profile) {
+    const op = opOf[p.step] ?? p.step;
+    byOp[op] = (byOp[op] ?? 0) + p.ms;
+  }
+  const rowsByTime = Object.entries(byOp).sort((a, b) => b[1] - a[1]).slice(0, 8);
+  bars($('profile'), rowsByTime, (ms) => `${ms.toFixed(ms < 10 ? 2 : 1)} ms`);
 }
 
 function showMemory(on, off) {

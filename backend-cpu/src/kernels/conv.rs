@@ -80,6 +80,66 @@ struct ConvKernel {
     dtype: DType,
 }
 
+/// A depthwise 2-D convolution (one input channel per group, any channel
+/// multiplier) in f32, computed directly: im2col + GEMM would run one tiny
+/// GEMM per channel. One output plane per task.
+fn depthwise2d(io: &KernelIo, xs: &[usize], mg: usize, geo: &Geometry) -> Result<(), EpError> {
+    let (c, h, w) = (xs[1], xs[2], xs[3]);
+    let (kh, kw) = (geo.kernel[0], geo.kernel[1]);
+    let (oh, ow) = (geo.output[0], geo.output[1]);
+    let (sh, sw) = (geo.strides[0], geo.strides[1]);
+    let (dh, dw) = (geo.dilations[0], geo.dilations[1]);
+    let (ph, pw) = (geo.pads_begin[0] as isize, geo.pads_begin[1] as isize);
+    let m = c * mg;
+    let x = io.input::<f32>(0)?;
+    let wt = io.input::<f32>(1)?;
+    let bias = match io.input_view(2) {
+        Some(_) => Some(io.input::<f32>(2)?),
+        None => None,
+    };
+    let out = io.output::<f32>(0)?;
+    out.par_chunks_mut((oh * ow).max(1)).enumerate().for_each(|(plane, dst)| {
+        let (b, om) = (plane / m, plane % m);
+        let src = &x[(b * c + om / mg) * h * w..][..h * w];
+        let k = &wt[om * kh * kw..][..kh * kw];
+        let start = bias.map_or(0.0, |bs| bs[om]);
+        for oy in 0..oh {
+            let drow = &mut dst[oy * ow..][..ow];
+            drow.fill(start);
+            for ky in 0..kh {
+                let iy = (oy * sh + ky * dh) as isize - ph;
+                if iy < 0 || iy >= h as isize {
+                    continue;
+                }
+                let srow = &src[iy as usize * w..][..w];
+                for kx in 0..kw {
+                    let kv = k[ky * kw + kx];
+                    // Output column ox reads input column ox·sw + off; keep those inside.
+                    let off = (kx * dw) as isize - pw;
+                    let lo = if off < 0 { (-off as usize).div_ceil(sw) } else { 0 }.min(ow);
+                    let last = w as isize - 1 - off;
+                    let hi = if last < 0 { 0 } else { (last as usize / sw + 1).min(ow) };
+                    if lo >= hi {
+                        continue;
+                    }
+                    let first = (lo * sw) as isize + off;
+                    if sw == 1 {
+                        let s = &srow[first as usize..first as usize + (hi - lo)];
+                        for (d, &v) in drow[lo..hi].iter_mut().zip(s) {
+                            *d += v * kv;
+                        }
+                    } else {
+                        for (j, d) in drow[lo..hi].iter_mut().enumerate() {
+                            *d += srow[first as usize + j * sw] * kv;
+                        }
+                    }
+                }
+            }
+        }
+    });
+    Ok(())
+}
+
 fn conv<T: GemmType + bytemuck::Pod + num_traits::Zero>(
     io: &KernelIo,
     c: &Conv,
@@ -98,6 +158,13 @@ fn conv<T: GemmType + bytemuck::Pod + num_traits::Zero>(
         )));
     }
     let (cg, mg) = (cin / g, m / g);
+    if cg == 1
+        && g > 1
+        && xs.len() == 4
+        && std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>()
+    {
+        return depthwise2d(io, &xs, mg, &geo);
+    }
     let ks: usize = kernel.iter().product();
     let is: usize = xs[2..].iter().product();
     let os: usize = geo.output.iter().product();

@@ -39,6 +39,86 @@ fn window_coords(
     (inside.then_some(coords), padded_extent)
 }
 
+/// The 2-D case (images), with no allocation per window: the same results as
+/// the n-d path, which handles every other rank.
+fn pool2d<T: AsF64 + bytemuck::Pod + PartialOrd + Send + Sync>(
+    io: &KernelIo,
+    p: &Pool,
+    xs: &[usize],
+    geo: &onyx_core::ops::conv::Geometry,
+) -> Result<(), EpError> {
+    let (h, w) = (xs[2], xs[3]);
+    let (oh, ow) = (geo.output[0], geo.output[1]);
+    let (kh, kw) = (geo.kernel[0], geo.kernel[1]);
+    let (sh, sw) = (geo.strides[0], geo.strides[1]);
+    let (dh, dw) = (geo.dilations[0], geo.dilations[1]);
+    let (ph, pw) = (geo.pads_begin[0] as isize, geo.pads_begin[1] as isize);
+    // Rows and columns inside the padded extent count for count_include_pad.
+    let (eh, ew) = ((h + geo.pads_end[0]) as isize, (w + geo.pads_end[1]) as isize);
+    let (is, os) = (h * w, oh * ow);
+    let x = io.input::<T>(0)?;
+    let col_major = p.storage_order == 1;
+    let window = |plane: usize, oy: usize, ox: usize| -> (T, i64) {
+        let src = &x[plane * is..(plane + 1) * is];
+        let mut best: Option<(f64, usize)> = None;
+        let (mut sum, mut count) = (0.0f64, 0usize);
+        for ky in 0..kh {
+            let iy = (oy * sh + ky * dh) as isize - ph;
+            for kx in 0..kw {
+                let ix = (ox * sw + kx * dw) as isize - pw;
+                if iy < 0 || iy >= h as isize || ix < 0 || ix >= w as isize {
+                    if let PoolKind::Average { count_include_pad: true } = p.kind {
+                        if iy < eh && ix < ew {
+                            count += 1;
+                        }
+                    }
+                    continue;
+                }
+                let (iy, ix) = (iy as usize, ix as usize);
+                let v = src[iy * w + ix].to_f64();
+                match p.kind {
+                    PoolKind::Max => {
+                        if best.is_none_or(|(b, _)| v > b || b.is_nan()) {
+                            best = Some((v, if col_major { ix * h + iy } else { iy * w + ix }));
+                        }
+                    }
+                    PoolKind::Average { .. } => {
+                        sum += v;
+                        count += 1;
+                    }
+                }
+            }
+        }
+        match p.kind {
+            PoolKind::Max => match best {
+                Some((v, i)) => (T::from_f64(v), (plane * is + i) as i64),
+                None => (T::from_f64(f64::NEG_INFINITY), -1),
+            },
+            PoolKind::Average { .. } => {
+                (T::from_f64(if count > 0 { sum / count as f64 } else { 0.0 }), 0)
+            }
+        }
+    };
+    let out = io.output::<T>(0)?;
+    if io.has_output(1) {
+        let idx = io.output::<i64>(1)?;
+        out.par_chunks_mut(os.max(1)).zip(idx.par_chunks_mut(os.max(1))).enumerate().for_each(
+            |(plane, (row, irow))| {
+                for o in 0..os {
+                    (row[o], irow[o]) = window(plane, o / ow, o % ow);
+                }
+            },
+        );
+    } else {
+        out.par_chunks_mut(os.max(1)).enumerate().for_each(|(plane, row)| {
+            for (o, slot) in row.iter_mut().enumerate() {
+                *slot = window(plane, o / ow, o % ow).0;
+            }
+        });
+    }
+    Ok(())
+}
+
 fn pool<T: AsF64 + bytemuck::Pod + PartialOrd + Send + Sync>(
     io: &KernelIo,
     p: &Pool,
@@ -47,6 +127,9 @@ fn pool<T: AsF64 + bytemuck::Pod + PartialOrd + Send + Sync>(
     let xs = vx.shape.clone();
     let geo =
         p.window.geometry(&xs[2..], p.kernel()).map_err(|e| EpError::Kernel(e.to_string()))?;
+    if xs.len() == 4 {
+        return pool2d::<T>(io, p, &xs, &geo);
+    }
     let spatial = &xs[2..];
     let is: usize = spatial.iter().product();
     let os: usize = geo.output.iter().product();

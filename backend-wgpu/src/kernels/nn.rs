@@ -7,6 +7,18 @@ use onyx_shaders::Shader;
 
 use super::{Bind, Dispatch, GpuKernel, Grid, Io, Registry, in_dtype, op, u32_of, unsupported};
 
+/// Invocations that reduce one row of `len`: a power of two between 32 and
+/// 256 with about four elements each. Short rows then take few barrier steps
+/// and no idle invocations (softmax over 128 attention scores runs 8× faster
+/// on SwiftShader with 32 than with 256).
+pub(crate) fn row_workgroup(len: usize) -> u32 {
+    (len / 4).next_power_of_two().clamp(32, 256) as u32
+}
+
+/// Rows per softmax workgroup when rows are short: small workgroups suit
+/// software GPUs, and two rows (64 invocations) keep real GPUs occupied.
+const WG_ROWS: usize = 2;
+
 struct SoftmaxKernel {
     op: Softmax,
 }
@@ -20,6 +32,9 @@ impl GpuKernel for SoftmaxKernel {
         if rows == 0 || len == 0 {
             return Ok(vec![]);
         }
+        // A row gets LANES invocations, and a workgroup WG_ROWS rows.
+        let lanes = row_workgroup(len) as usize;
+        let wg = (lanes * WG_ROWS).min(256);
         let code = match self.op.kind {
             SoftmaxKind::Softmax => 0,
             SoftmaxKind::LogSoftmax => 1,
@@ -30,9 +45,11 @@ impl GpuKernel for SoftmaxKernel {
                 Shader::Softmax,
                 vec![u32_of(rows)?, u32_of(len)?, u32_of(inner)?],
                 &[Bind::In(0), Bind::Out(0)],
-                Grid::Workgroups(rows as u64),
+                Grid::Workgroups(rows.div_ceil(wg / lanes) as u64),
             )
-            .with("OP", code as f64),
+            .with("OP", code as f64)
+            .with("WG", wg as f64)
+            .with("LANES", lanes as f64),
         ])
     }
 }

@@ -60,7 +60,8 @@ impl Norm {
         Ok(Dispatch::new(Shader::LayerNorm, params, &binds, Grid::Workgroups(self.rows as u64))
             .with("STATS", stats as u8 as f64)
             .with("RMS", self.rms as u8 as f64)
-            .with("INPLACE", in_place as u8 as f64))
+            .with("INPLACE", in_place as u8 as f64)
+            .with("WG", super::nn::row_workgroup(self.len) as f64))
     }
 }
 

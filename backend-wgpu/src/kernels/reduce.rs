@@ -45,7 +45,8 @@ fn reduce(
         &[Bind::In(0), Bind::Out(0)],
         Grid::Workgroups(outputs as u64),
     )
-    .with("OP", code))
+    .with("OP", code)
+    .with("WG", super::nn::row_workgroup(count) as f64))
 }
 
 fn code(kind: ReduceKind) -> u32 {

@@ -127,6 +127,10 @@ def conv_cases():
              strides=[2, 1], pads=[2, 2, 1, 2]),
         conv("depthwise_conv_kernel_wider_than_input", [1, 2, 3, 2], [2, 1, 5, 5], 2, pads=[2, 2, 2, 2]),
         conv("grouped_conv_two_channels_per_group", [1, 4, 6, 6], [4, 2, 3, 3], 2, pads=[1, 1, 1, 1]),
+        # Thin convolutions the GPU runs directly, four output channels per invocation.
+        conv("grouped_conv_eight_outputs_per_group_strided", [1, 4, 9, 9], [16, 2, 3, 3], 2,
+             strides=[2, 2], pads=[1, 0, 1, 1]),
+        conv("pointwise_conv_sixteen_outputs", [2, 8, 5, 5], [16, 8, 1, 1], 1),
     ]
 
 

@@ -58,7 +58,7 @@ async function measure({ runtime, url, ep, dims, runs }) {
     const inputs = Object.fromEntries(Object.entries(feeds).map(([k, f]) => [k, new onyx.Tensor(f.type, f.data, f.dims)]));
     run = async () => {
       const out = await session.run(inputs);
-      return Object.values(out)[0].toNumbers();
+      return Object.fromEntries(Object.entries(out).map(([k, t]) => [k, t.toNumbers()]));
     };
     release = () => session.release();
   } else {
@@ -66,9 +66,9 @@ async function measure({ runtime, url, ep, dims, runs }) {
     const inputs = Object.fromEntries(Object.entries(feeds).map(([k, f]) => [k, new ort.Tensor(f.type, f.data, f.dims)]));
     run = async () => {
       const out = await session.run(inputs);
-      const t = out[session.outputNames[0]];
-      const data = await t.getData();
-      return Float64Array.from(data, Number);
+      const values = {};
+      for (const name of session.outputNames) values[name] = Float64Array.from(await out[name].getData(), Number);
+      return values;
     };
     release = () => session.release();
   }
@@ -83,7 +83,8 @@ async function measure({ runtime, url, ep, dims, runs }) {
     times.push(performance.now() - t1);
   }
   await release();
-  return { create, first, median: median(times), min: Math.min(...times), max: Math.max(...times), head: Array.from(output.slice(0, 2048)) };
+  const head = Object.fromEntries(Object.entries(output).map(([k, v]) => [k, Array.from(v.slice(0, 4096))]));
+  return { create, first, median: median(times), min: Math.min(...times), max: Math.max(...times), head };
 }
 
 async function main() {
@@ -105,8 +106,13 @@ async function main() {
           r[runtime] = await page.evaluate(measure, { runtime, url: m.url, ep, dims: m.dims, runs });
           console.log(`${name} ${ep} ${runtime}: create ${r[runtime].create.toFixed(1)} ms, first ${r[runtime].first.toFixed(1)} ms, warm median ${r[runtime].median.toFixed(2)} ms`);
         }
-        const a = r.onyx.head, b = r.ort.head;
-        const maxDiff = a.reduce((d, x, i) => Math.max(d, Math.abs(x - b[i])), 0);
+        // The largest difference over every output both runtimes return (first 4096 values each).
+        let maxDiff = 0;
+        for (const [name, a] of Object.entries(r.onyx.head)) {
+          const b = r.ort.head[name];
+          if (!b || b.length !== a.length) { maxDiff = NaN; break; }
+          for (let i = 0; i < a.length; i++) maxDiff = Math.max(maxDiff, Math.abs(a[i] - b[i]));
+        }
         rows.push({ model: name, what: m.what, ep, onyx: r.onyx, ort: r.ort, maxDiff });
       }
     }

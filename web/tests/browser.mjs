@@ -97,6 +97,21 @@ async function demoTests(page, url) {
       check(`${name} holds more with release off`, r.off.peakBytes > r.on.peakBytes && r.off.releases === 0, `off ${r.off.peakBytes}, on ${r.on.peakBytes}`);
       check(`${name} shows the top classes`, r.topk > 0, 'no top-k bars');
       check(`${name} shows the time by operator`, r.profile > 0, 'no profile bars');
+      if (ep === 'webgpu') {
+        // An image as input: the page's own screenshot, picked through the file input.
+        const png = await page.screenshot();
+        await page.setInputFiles('#image', { name: 'screenshot.png', mimeType: 'image/png', buffer: png });
+        await page.click('#run');
+        await page.waitForFunction(() => ['done', 'error'].includes(document.body.dataset.status), null, { timeout: 300_000 });
+        const img = await page.evaluate(() => ({
+          status: document.body.dataset.status,
+          message: document.getElementById('run-status').textContent,
+          dims: Object.values(window.onyxDemo.outputs)[0].dims,
+          finite: Object.values(window.onyxDemo.outputs).every((o) => o.data.every(Number.isFinite)),
+          preview: !document.getElementById('preview').classList.contains('hidden'),
+        }));
+        check(`${name} runs on an image`, img.status === 'done' && img.finite && img.preview, JSON.stringify(img));
+      }
     }
   }
 }

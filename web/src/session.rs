@@ -16,7 +16,7 @@ use crate::engine::Engine;
 use crate::error::js_error;
 use crate::options::{self, bytes_of};
 use crate::report::{Description, DeviceSummary, Dim, IoMetadata, NodePlacement, to_js};
-use crate::tensor::Tensor;
+use crate::tensor::{Tensor, host_tensor};
 
 /// A model compiled for WebGPU (with per-node CPU fallback) or the CPU.
 #[wasm_bindgen]
@@ -64,9 +64,7 @@ fn tensor_of(name: &str, value: &JsValue) -> Result<HostTensor, JsError> {
                 .collect::<Result<_, _>>()?,
         )
     };
-    Tensor::new(&type_, get(value, "data"), dims).map(|t| t.inner).map_err(|_| {
-        bad(&format!("cannot read its {type_} data with dims {:?}", get(value, "dims")))
-    })
+    host_tensor(&type_, &get(value, "data"), dims).map_err(|e| bad(&e))
 }
 
 fn outputs_object(names: &[String], values: Vec<Value>) -> Object {

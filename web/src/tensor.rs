@@ -6,7 +6,7 @@ use onyx_core::tensor::Tensor as HostTensor;
 use prost::Message;
 use wasm_bindgen::prelude::*;
 
-use crate::error::js_error;
+use crate::error::{chain, js_error};
 
 /// A tensor on the host: `new Tensor('float32', new Float32Array(6), [2, 3])`.
 #[wasm_bindgen]
@@ -21,8 +21,8 @@ impl Tensor {
     }
 }
 
-fn dtype_of(name: &str) -> Result<DType, JsError> {
-    DType::from_name(name).ok_or_else(|| JsError::new(&format!("unknown tensor type '{name}'")))
+fn dtype_of(name: &str) -> Result<DType, String> {
+    DType::from_name(name).ok_or_else(|| format!("unknown tensor type '{name}'"))
 }
 
 /// The bytes of a typed array (any element type), copied.
@@ -36,13 +36,13 @@ fn view_bytes(data: &JsValue) -> Vec<u8> {
 }
 
 /// Elements of a plain JavaScript array as little-endian bytes of `dtype`.
-fn array_bytes(dtype: DType, items: &Array) -> Result<Vec<u8>, JsError> {
+fn array_bytes(dtype: DType, items: &Array) -> Result<Vec<u8>, String> {
     let mut out = Vec::with_capacity(items.length() as usize * 8);
     for v in items.iter() {
         let num = || {
             v.as_f64()
                 .or_else(|| v.is_bigint().then(|| js_sys::Number::from(v.clone()).value_of()))
-                .ok_or_else(|| JsError::new("tensor data must hold numbers"))
+                .ok_or_else(|| "tensor data must hold numbers".to_string())
         };
         match dtype {
             DType::F32 => out.extend((num()? as f32).to_le_bytes()),
@@ -58,16 +58,42 @@ fn array_bytes(dtype: DType, items: &Array) -> Result<Vec<u8>, JsError> {
             DType::I64 | DType::U64 => {
                 let x = if v.is_bigint() {
                     i64::try_from(js_sys::BigInt::from(v.clone()))
-                        .map_err(|_| JsError::new("an int64 value out of range"))?
+                        .map_err(|_| "an int64 value out of range".to_string())?
                 } else {
                     num()? as i64
                 };
                 out.extend(x.to_le_bytes());
             }
-            other => return Err(JsError::new(&format!("{other} tensors need a typed array"))),
+            other => return Err(format!("{other} tensors need a typed array")),
         }
     }
     Ok(out)
+}
+
+/// A host tensor of `type_` from a typed array (copied) or a plain array, with
+/// `dims` (default: one dim of the data's length). `Err` says what is wrong.
+pub(crate) fn host_tensor(
+    type_: &str,
+    data: &JsValue,
+    dims: Option<Vec<f64>>,
+) -> Result<HostTensor, String> {
+    let dtype = dtype_of(type_)?;
+    if dtype == DType::String {
+        let items: Vec<String> = Array::from(data).iter().filter_map(|v| v.as_string()).collect();
+        let shape = dims.map_or(vec![items.len()], |d| d.iter().map(|&x| x as usize).collect());
+        return HostTensor::from_strings(shape, items).map_err(|e| chain(&e));
+    }
+    let bytes = if ArrayBuffer::is_view(data) {
+        view_bytes(data)
+    } else {
+        array_bytes(dtype, &Array::from(data))?
+    };
+    let width = dtype.byte_size(1).unwrap_or(1).max(1);
+    let shape: Vec<usize> = match dims {
+        Some(d) => d.iter().map(|&x| x as usize).collect(),
+        None => vec![bytes.len() / width],
+    };
+    HostTensor::from_bytes(dtype, shape, bytes.into()).map_err(|e| chain(&e))
 }
 
 #[wasm_bindgen]
@@ -83,28 +109,7 @@ impl Tensor {
         data: JsValue,
         dims: Option<Vec<f64>>,
     ) -> Result<Tensor, JsError> {
-        let dtype = dtype_of(type_)?;
-        if dtype == DType::String {
-            let items: Vec<String> =
-                Array::from(&data).iter().filter_map(|v| v.as_string()).collect();
-            let shape = dims.map_or(vec![items.len()], |d| d.iter().map(|&x| x as usize).collect());
-            let inner = HostTensor::from_strings(shape, items)
-                .map_err(|e| js_error("creating a string tensor", &e))?;
-            return Ok(Tensor::from_host(inner));
-        }
-        let bytes = if ArrayBuffer::is_view(&data) {
-            view_bytes(&data)
-        } else {
-            array_bytes(dtype, &Array::from(&data))?
-        };
-        let width = dtype.byte_size(1).unwrap_or(1).max(1);
-        let shape: Vec<usize> = match dims {
-            Some(d) => d.iter().map(|&x| x as usize).collect(),
-            None => vec![bytes.len() / width],
-        };
-        let inner = HostTensor::from_bytes(dtype, shape, bytes.into())
-            .map_err(|e| js_error("creating a tensor", &e))?;
-        Ok(Tensor::from_host(inner))
+        host_tensor(type_, &data, dims).map(Tensor::from_host).map_err(|e| JsError::new(&e))
     }
 
     /// Decodes a serialized ONNX `TensorProto` (the node suite's `.pb` files).

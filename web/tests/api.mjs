@@ -38,6 +38,8 @@ async function sessionContract() {
   r.nodeErrorInUse = JSON.stringify(add.bytesInUse()) === addBase;
   await add.release();
   r.afterErrorInUse = JSON.stringify(s.bytesInUse()) === base;
+  r.shortData = await errorOf(() => s.run({ input: { type: 'float32', data: new Float32Array(5), dims: [1, 3, 64, 64] } }));
+  r.badType = await errorOf(() => new Tensor('float31', new Float32Array(2), [2]));
   const plain = await s.run({ input: { type: 'float32', data, dims: [1, 3, 64, 64] } });
   r.duckTyped = Array.from(plain.probabilities.data).join() === Array.from(good.probabilities.data).join();
   const first = s.run(feeds);
@@ -137,6 +139,8 @@ export async function apiTests(browser, page, url, check, { nativeOutputs, compa
   check('api: a failing node rejects with the node, op and backend in the chain', has(c.nodeError, 'add_ab', 'Add', 'wgpu'), show(c.nodeError));
   check('api: nothing stays allocated after failed runs', c.afterErrorInUse && c.nodeErrorInUse, '');
   check('api: plain { type, data, dims } objects are accepted as feeds', c.duckTyped, '');
+  check('api: data that does not fill its dims throws naming the input', has(c.shortData, "input 'input'", 'needs 49152 bytes, got 20'), show(c.shortData));
+  check('api: an unknown tensor type throws naming it', has(c.badType, "unknown tensor type 'float31'"), show(c.badType));
   check('api: a second concurrent run is refused with an Error', has(c.concurrent, 'already in progress'), show(c.concurrent));
   check('api: release is refused while a run is in flight', has(c.releaseWhileRunning, 'in progress'), show(c.releaseWhileRunning));
   check('api: the session stays usable after refusals', c.stillUsable === '1,10', c.stillUsable);

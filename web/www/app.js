@@ -147,7 +147,8 @@ function showInfo(d) {
   bars($('ops'), d.ops.slice(0, 24));
   const place = $('placement');
   place.replaceChildren();
-  const adapter = d.adapter ? `${d.adapter.name || 'WebGPU adapter'} (${d.adapter.deviceType}${d.adapter.shaderF16 ? ', f16' : ''})` : 'CPU (wasm)';
+  const kind = d.adapter ? `${d.adapter.deviceType.toLowerCase()} adapter${d.adapter.shaderF16 ? ', shader-f16' : ''}` : '';
+  const adapter = d.adapter ? `WebGPU: ${d.adapter.name ? `${d.adapter.name}, ` : ''}${kind}` : 'the CPU (wasm)';
   const p = document.createElement('p');
   p.className = 'muted';
   p.textContent = `Runs on ${adapter}.`;

@@ -39,6 +39,26 @@ fn window_coords(
     (inside.then_some(coords), padded_extent)
 }
 
+/// A window's output and MaxPool index: the maximum (and its flat index past
+/// `plane_start`; -inf and -1 when the window saw no element), or the average.
+fn window_result<T: AsF64>(
+    kind: &PoolKind,
+    best: Option<(f64, usize)>,
+    sum: f64,
+    count: usize,
+    plane_start: usize,
+) -> (T, i64) {
+    match kind {
+        PoolKind::Max => match best {
+            Some((v, i)) => (T::from_f64(v), (plane_start + i) as i64),
+            None => (T::from_f64(f64::NEG_INFINITY), -1),
+        },
+        PoolKind::Average { .. } => {
+            (T::from_f64(if count > 0 { sum / count as f64 } else { 0.0 }), 0)
+        }
+    }
+}
+
 /// The 2-D case (images), with no allocation per window: the same results as
 /// the n-d path, which handles every other rank.
 fn pool2d<T: AsF64 + bytemuck::Pod + PartialOrd + Send + Sync>(
@@ -89,15 +109,7 @@ fn pool2d<T: AsF64 + bytemuck::Pod + PartialOrd + Send + Sync>(
                 }
             }
         }
-        match p.kind {
-            PoolKind::Max => match best {
-                Some((v, i)) => (T::from_f64(v), (plane * is + i) as i64),
-                None => (T::from_f64(f64::NEG_INFINITY), -1),
-            },
-            PoolKind::Average { .. } => {
-                (T::from_f64(if count > 0 { sum / count as f64 } else { 0.0 }), 0)
-            }
-        }
+        window_result::<T>(&p.kind, best, sum, count, plane * is)
     };
     let out = io.output::<T>(0)?;
     if io.has_output(1) {
@@ -186,15 +198,7 @@ fn pool<T: AsF64 + bytemuck::Pod + PartialOrd + Send + Sync>(
                 }
             }
         }
-        match p.kind {
-            PoolKind::Max => match best {
-                Some((v, i)) => (T::from_f64(v), (plane * is + i) as i64),
-                None => (T::from_f64(f64::NEG_INFINITY), -1),
-            },
-            PoolKind::Average { .. } => {
-                (T::from_f64(if count > 0 { sum / count as f64 } else { 0.0 }), 0)
-            }
-        }
+        window_result::<T>(&p.kind, best, sum, count, plane * is)
     };
     out.par_chunks_mut(os.max(1)).enumerate().for_each(|(plane, row)| {
         for (o, slot) in row.iter_mut().enumerate() {

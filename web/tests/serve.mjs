@@ -51,8 +51,9 @@ function locate(urlPath) {
 /** Starts the server; resolves to `{ server, url }`. */
 export function serve(port = 0) {
   const server = createServer((req, res) => {
-    let file = locate(req.url);
     try {
+      // A malformed %-escape throws in decodeURIComponent: a 404 like any other bad path.
+      let file = locate(req.url);
       if (file && statSync(file).isDirectory()) file = join(file, 'index.html');
       const st = file && statSync(file);
       if (!st || !st.isFile()) throw new Error('not found');

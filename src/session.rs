@@ -409,11 +409,6 @@ impl Session {
             }
             by_name.insert(name, v);
         }
-        let mut baselines = Vec::with_capacity(self.providers.len());
-        for p in &self.providers {
-            p.reset_peak();
-            baselines.push(p.memory_stats().in_use_bytes);
-        }
         let mut ordered = Vec::with_capacity(g.inputs.len());
         for &i in &g.inputs {
             let name = &g.value(i).name;
@@ -427,9 +422,10 @@ impl Session {
         let refs = self.providers();
         let ran = pollster::block_on(exec::run_on_host(&self.program, &refs, &ordered, opts))
             .map_err(|source| Error::Run { device: self.device.clone(), source })?;
+        let timeline = ran.timeline(&self.program);
         let names = g.outputs.iter().map(|&o| g.value(o).name.clone());
         let values: Vec<(String, Value)> = names.zip(ran.outputs).collect();
-        let (figures, releases, measured) = (ran.figures, ran.releases, ran.measured);
+        let (figures, releases) = (ran.figures, ran.releases);
         if self.providers.len() > 1 {
             let counts = self.kernels_per_device();
             log::info!("{} kernel nodes ran on {} (fallback)", counts[1].1, counts[1].0);
@@ -443,7 +439,7 @@ impl Session {
                 let pf = figures.per_provider.get(i).copied().unwrap_or_default();
                 DeviceMemory {
                     device: p.name(),
-                    peak_bytes: p.memory_stats().peak_bytes.saturating_sub(baselines[i]),
+                    peak_bytes: ran.peak_bytes[i],
                     no_release_bytes: pf.no_release_bytes,
                     live_set_bound_bytes: pf.live_set_bound,
                     weight_bytes: weights[i],
@@ -459,17 +455,13 @@ impl Session {
                 releases,
                 weight_bytes: devices[0].weight_bytes,
                 devices,
-                timeline: self
-                    .program
-                    .timeline_labels()
+                timeline: timeline
                     .into_iter()
-                    .zip(&figures.timeline)
-                    .enumerate()
-                    .map(|(i, (step, p))| TimelineStep {
-                        step,
+                    .map(|p| TimelineStep {
+                        step: p.step,
                         live_bytes: p.live_bytes,
                         allocated_bytes: p.allocated_bytes,
-                        measured_bytes: measured.get(i).copied(),
+                        measured_bytes: p.measured_bytes,
                     })
                     .collect(),
             },

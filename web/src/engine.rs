@@ -118,11 +118,6 @@ impl Engine {
             return Err("the session was released".into());
         }
         let start = now_ms();
-        let mut baselines = Vec::with_capacity(self.providers.len());
-        for p in &self.providers {
-            p.reset_peak();
-            baselines.push(p.memory_stats().in_use_bytes);
-        }
         let clock: Option<fn() -> f64> = if profile { Some(now_ms) } else { None };
         let opts = RunOptions { release_dead_values: release, measure_timeline: true, clock };
         let ran = exec::run_on_host(&self.program, &self.refs(), &inputs, opts)
@@ -138,25 +133,22 @@ impl Engine {
                 let pf = ran.figures.per_provider.get(i).copied().unwrap_or_default();
                 DeviceFigures {
                     device: p.name(),
-                    peak_bytes: p.memory_stats().peak_bytes.saturating_sub(baselines[i]),
+                    peak_bytes: ran.peak_bytes[i],
                     no_release_bytes: pf.no_release_bytes,
                     live_set_bound_bytes: pf.live_set_bound,
                     weight_bytes: weights[i],
                 }
             })
             .collect();
-        let timeline = self
-            .program
-            .timeline_labels()
+        let timeline = ran
+            .timeline(&self.program)
             .into_iter()
-            .zip(&ran.figures.timeline)
-            .enumerate()
-            .map(|(i, (step, p))| TimelinePoint {
-                step,
+            .map(|p| TimelinePoint {
+                step: p.step,
                 live_bytes: p.live_bytes,
                 allocated_bytes: p.allocated_bytes,
-                measured_bytes: ran.measured.get(i).copied(),
-                ms: i.checked_sub(1).and_then(|s| ran.step_ms.get(s).copied()),
+                measured_bytes: p.measured_bytes,
+                ms: p.ms,
             })
             .collect();
         *self.last.borrow_mut() = Some(MemoryReport {

@@ -20,6 +20,7 @@
 
 mod engine;
 mod error;
+mod js;
 mod options;
 mod report;
 mod session;

@@ -1,9 +1,11 @@
 //! Reading `InferenceSession.create`'s arguments: the model (bytes or URL) and
 //! the options object, in onnxruntime-web's spelling.
 
-use js_sys::{ArrayBuffer, Object, Reflect, Uint8Array};
+use js_sys::{ArrayBuffer, Object, Uint8Array};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
+
+use crate::js::{get, view_bytes};
 
 /// An execution provider the caller asked for.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -33,10 +35,6 @@ pub(crate) struct CreateOptions {
     pub(crate) strict: bool,
     /// `(path, bytes or URL)` of external data files.
     pub(crate) external: Vec<(String, JsValue)>,
-}
-
-fn get(obj: &JsValue, key: &str) -> JsValue {
-    Reflect::get(obj, &key.into()).unwrap_or(JsValue::UNDEFINED)
 }
 
 fn flag(obj: &JsValue, key: &str, default: bool) -> Result<bool, JsError> {
@@ -119,10 +117,7 @@ pub(crate) async fn bytes_of(source: &JsValue, what: &str) -> Result<Vec<u8>, Js
         return Ok(Uint8Array::new(source).to_vec());
     }
     if ArrayBuffer::is_view(source) {
-        let buffer = get(source, "buffer");
-        let offset = get(source, "byteOffset").as_f64().unwrap_or(0.0) as u32;
-        let len = get(source, "byteLength").as_f64().unwrap_or(0.0) as u32;
-        return Ok(Uint8Array::new_with_byte_offset_and_length(&buffer, offset, len).to_vec());
+        return Ok(view_bytes(source));
     }
     Err(JsError::new(&format!("{what} must be a Uint8Array, an ArrayBuffer or a URL string")))
 }

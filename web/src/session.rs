@@ -14,6 +14,7 @@ use wasm_bindgen_futures::future_to_promise;
 
 use crate::engine::Engine;
 use crate::error::js_error;
+use crate::js::get;
 use crate::options::{self, bytes_of};
 use crate::report::{Description, DeviceSummary, Dim, IoMetadata, NodePlacement, to_js};
 use crate::tensor::{Tensor, host_tensor};
@@ -42,10 +43,6 @@ fn metadata(info: &ValueInfo) -> IoMetadata {
                 .collect()
         }),
     }
-}
-
-fn get(obj: &JsValue, key: &str) -> JsValue {
-    Reflect::get(obj, &key.into()).unwrap_or(JsValue::UNDEFINED)
 }
 
 /// A host tensor from anything shaped like a tensor (`type`, `data`, `dims`):

@@ -7,6 +7,7 @@ use prost::Message;
 use wasm_bindgen::prelude::*;
 
 use crate::error::{chain, js_error};
+use crate::js::view_bytes;
 
 /// A tensor on the host: `new Tensor('float32', new Float32Array(6), [2, 3])`.
 #[wasm_bindgen]
@@ -23,16 +24,6 @@ impl Tensor {
 
 fn dtype_of(name: &str) -> Result<DType, String> {
     DType::from_name(name).ok_or_else(|| format!("unknown tensor type '{name}'"))
-}
-
-/// The bytes of a typed array (any element type), copied.
-fn view_bytes(data: &JsValue) -> Vec<u8> {
-    let view: &js_sys::Object = data.unchecked_ref();
-    let get = |key: &str| js_sys::Reflect::get(view, &key.into()).ok();
-    let buffer: ArrayBuffer = get("buffer").map(|b| b.unchecked_into()).expect("a typed array");
-    let offset = get("byteOffset").and_then(|v| v.as_f64()).unwrap_or(0.0) as u32;
-    let len = get("byteLength").and_then(|v| v.as_f64()).unwrap_or(0.0) as u32;
-    Uint8Array::new_with_byte_offset_and_length(&buffer, offset, len).to_vec()
 }
 
 /// Elements of a plain JavaScript array as little-endian bytes of `dtype`.

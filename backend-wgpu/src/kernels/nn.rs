@@ -5,15 +5,9 @@ use onyx_core::ep::{EpError, KernelSpec};
 use onyx_core::ops::nn::{BatchNorm, Softmax, SoftmaxKind};
 use onyx_shaders::Shader;
 
-use super::{Bind, Dispatch, GpuKernel, Grid, Io, Registry, in_dtype, op, u32_of, unsupported};
-
-/// Invocations that reduce one row of `len`: a power of two between 32 and
-/// 256 with about four elements each. Short rows then take few barrier steps
-/// and no idle invocations (softmax over 128 attention scores runs 8× faster
-/// on SwiftShader with 32 than with 256).
-pub(crate) fn row_workgroup(len: usize) -> u32 {
-    (len / 4).next_power_of_two().clamp(32, 256) as u32
-}
+use super::{
+    Bind, Dispatch, GpuKernel, Grid, Io, Registry, in_dtype, op, row_workgroup, u32_of, unsupported,
+};
 
 /// Rows per softmax workgroup when rows are short: small workgroups suit
 /// software GPUs, and two rows (64 invocations) keep real GPUs occupied.

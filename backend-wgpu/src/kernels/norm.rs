@@ -61,7 +61,7 @@ impl Norm {
             .with("STATS", stats as u8 as f64)
             .with("RMS", self.rms as u8 as f64)
             .with("INPLACE", in_place as u8 as f64)
-            .with("WG", super::nn::row_workgroup(self.len) as f64))
+            .with("WG", super::row_workgroup(self.len) as f64))
     }
 }
 

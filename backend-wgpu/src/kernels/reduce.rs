@@ -46,7 +46,7 @@ fn reduce(
         Grid::Workgroups(outputs as u64),
     )
     .with("OP", code)
-    .with("WG", super::nn::row_workgroup(count) as f64))
+    .with("WG", super::row_workgroup(count) as f64))
 }
 
 fn code(kind: ReduceKind) -> u32 {

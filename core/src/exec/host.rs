@@ -23,6 +23,43 @@ pub struct HostRun {
     pub measured: Vec<u64>,
     /// Step wall times when profiling (see [`super::RunResult::step_ms`]).
     pub step_ms: Vec<f64>,
+    /// Per provider: the peak of bytes in use during the run (inputs, uploads
+    /// and read-backs included) less what it held before, from its own accounting.
+    pub peak_bytes: Vec<u64>,
+}
+
+/// One point of a run's memory timeline, labelled: the plan's figures with
+/// what was measured there.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StepPoint {
+    /// `inputs`, a node name, or `outputs`.
+    pub step: String,
+    /// Bytes live with release at last use, from the plan.
+    pub live_bytes: u64,
+    /// Bytes live if nothing were released, from the plan.
+    pub allocated_bytes: u64,
+    /// Bytes the providers really held (with `measure_timeline`; never for `outputs`).
+    pub measured_bytes: Option<u64>,
+    /// The step's wall time in milliseconds (when profiling; nodes only).
+    pub ms: Option<f64>,
+}
+
+impl HostRun {
+    /// The timeline of this run of `cg`: the inputs, each top-level step, the outputs.
+    pub fn timeline(&self, cg: &CompiledGraph) -> Vec<StepPoint> {
+        cg.timeline_labels()
+            .into_iter()
+            .zip(&self.figures.timeline)
+            .enumerate()
+            .map(|(i, (step, p))| StepPoint {
+                step,
+                live_bytes: p.live_bytes,
+                allocated_bytes: p.allocated_bytes,
+                measured_bytes: self.measured.get(i).copied(),
+                ms: i.checked_sub(1).and_then(|s| self.step_ms.get(s).copied()),
+            })
+            .collect()
+    }
 }
 
 /// Runs `cg` on host `inputs` (one per graph input, in order).
@@ -36,6 +73,11 @@ pub async fn run_on_host(
     inputs: &[Value],
     opts: RunOptions,
 ) -> Result<HostRun, Error> {
+    let mut baselines = Vec::with_capacity(providers.len());
+    for p in providers {
+        p.reset_peak();
+        baselines.push(p.memory_stats().in_use_bytes);
+    }
     let mut uploaded = Vec::new();
     let result = upload_and_run(cg, providers, inputs, opts, &mut uploaded).await;
     // Inputs were lent to the run: they are ours to free, success or not.
@@ -53,8 +95,13 @@ pub async fn run_on_host(
         }
     }
     // The run's own error, if any, is the one to report.
-    let run = result?;
+    let mut run = result?;
     freed?;
+    run.peak_bytes = providers
+        .iter()
+        .zip(baselines)
+        .map(|(p, base)| p.memory_stats().peak_bytes.saturating_sub(base))
+        .collect();
     Ok(run)
 }
 
@@ -148,6 +195,7 @@ async fn upload_and_run(
         releases: result.releases,
         measured: result.measured,
         step_ms: result.step_ms,
+        peak_bytes: Vec::new(),
     })
 }
 

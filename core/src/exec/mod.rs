@@ -9,7 +9,7 @@ mod state;
 mod widen;
 
 pub use compile::{CompileOptions, ONYX_DOMAIN, Scope, compile, declared_fact};
-pub use host::{HostRun, run_on_host};
+pub use host::{HostRun, StepPoint, run_on_host};
 pub use program::{Action, CompiledGraph, Step};
 pub use run::{DeviceValue, RunOptions, RunResult, run};
 

@@ -3,14 +3,15 @@
 machine that has torch, torchvision and transformers but no network (the H200
 device machine has them; see BENCHMARKS.md).
 
-    export_models.py OUT [--small]
+    export_models.py OUT [--small] [--fp16]
 
 Writes OUT/bert_base.onnx (transformers BertModel, bert-base-uncased's config:
 12 layers, hidden 768, 12 heads; inputs input_ids and attention_mask with
 dynamic batch and sequence) and OUT/resnet50.onnx (torchvision ResNet-50,
 dynamic batch). --small writes the same architectures shrunk (2 layers, hidden
 128; ResNet-18 at 32 channels wide is not an option in torchvision, so
-ResNet-18) for debugging elsewhere. Weights are seeded, so the files are the
+ResNet-18) for debugging elsewhere. --fp16 writes only OUT/bert_base_fp16.onnx: the same
+BERT in half precision, exported on the GPU (for the CUDA backend). Weights are seeded, so the files are the
 same on every run with the same package versions.
 """
 
@@ -64,6 +65,20 @@ def bert(out, small):
            ["input_ids", "attention_mask"], ["last_hidden_state", "pooler_output"], dyn)
 
 
+def bert_fp16(out):
+    from transformers import BertConfig, BertModel
+    cfg = BertConfig()
+    cfg._attn_implementation = "eager"
+    torch.manual_seed(0)
+    model = Encoder(BertModel(cfg).half().cuda())
+    ids = torch.randint(0, cfg.vocab_size, (2, 16), device="cuda")
+    mask = torch.ones_like(ids)
+    dyn = {"input_ids": {0: "batch", 1: "sequence"}, "attention_mask": {0: "batch", 1: "sequence"},
+           "last_hidden_state": {0: "batch", 1: "sequence"}, "pooler_output": {0: "batch"}}
+    export(model, (ids, mask), os.path.join(out, "bert_base_fp16.onnx"),
+           ["input_ids", "attention_mask"], ["last_hidden_state", "pooler_output"], dyn)
+
+
 def resnet(out, small):
     import torchvision
     torch.manual_seed(0)
@@ -80,6 +95,9 @@ def main():
     out = sys.argv[1]
     small = "--small" in sys.argv[2:]
     os.makedirs(out, exist_ok=True)
+    if "--fp16" in sys.argv[2:]:
+        bert_fp16(out)
+        return
     bert(out, small)
     resnet(out, small)
 

@@ -67,6 +67,9 @@ pub fn compiled_backends() -> Vec<&'static str> {
     if cfg!(feature = "wgpu") {
         v.push("wgpu");
     }
+    if cfg!(feature = "cuda") {
+        v.push("cuda");
+    }
     v
 }
 
@@ -88,6 +91,86 @@ fn open_wgpu(_: Option<u32>) -> Result<Arc<dyn ExecutionProvider>, String> {
     Err("this build of Onyx has no wgpu backend (build with --features wgpu)".into())
 }
 
+/// Opens a CUDA device, or says why not (no driver, no such ordinal, no libraries).
+#[cfg(feature = "cuda")]
+fn open_cuda(ordinal: Option<u32>) -> Result<Arc<dyn ExecutionProvider>, String> {
+    let p = onyx_cuda::CudaProvider::new(onyx_cuda::CudaOptions {
+        ordinal: ordinal.unwrap_or(0),
+        ..Default::default()
+    })
+    .map_err(|e| e.to_string())?;
+    let i = p.info();
+    log::info!(
+        "cuda device {}: {} (compute capability {}.{})",
+        i.ordinal,
+        i.name,
+        i.compute_capability.0,
+        i.compute_capability.1
+    );
+    Ok(Arc::new(p))
+}
+
+#[cfg(not(feature = "cuda"))]
+fn open_cuda(_: Option<u32>) -> Result<Arc<dyn ExecutionProvider>, String> {
+    Err("this build of Onyx has no CUDA backend (build with --features cuda)".into())
+}
+
+/// Describes a wgpu adapter.
+#[cfg(feature = "wgpu")]
+fn describe_wgpu(ordinal: Option<u32>) -> Result<String, String> {
+    let p = onyx_wgpu::WgpuProvider::new_blocking(onyx_wgpu::WgpuOptions {
+        adapter: ordinal,
+        ..Default::default()
+    })
+    .map_err(|e| e.to_string())?;
+    let a = p.adapter();
+    Ok(format!("wgpu:{}: {} ({}, {})", ordinal.unwrap_or(0), a.name, a.backend, a.device_type))
+}
+
+#[cfg(not(feature = "wgpu"))]
+fn describe_wgpu(ordinal: Option<u32>) -> Result<String, String> {
+    open_wgpu(ordinal).map(|_| String::new())
+}
+
+/// Describes a CUDA device: name, compute capability, free and total memory.
+#[cfg(feature = "cuda")]
+fn describe_cuda(ordinal: Option<u32>) -> Result<String, String> {
+    let i = onyx_cuda::info(ordinal.unwrap_or(0)).map_err(|e| e.to_string())?;
+    let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+    Ok(format!(
+        "cuda:{}: {}\n  compute capability {}.{}, {} multiprocessors\n  memory {:.2} GiB free of {:.2} GiB",
+        i.ordinal,
+        i.name,
+        i.compute_capability.0,
+        i.compute_capability.1,
+        i.multiprocessors,
+        gib(i.free_bytes),
+        gib(i.total_bytes)
+    ))
+}
+
+#[cfg(not(feature = "cuda"))]
+fn describe_cuda(ordinal: Option<u32>) -> Result<String, String> {
+    open_cuda(ordinal).map(|_| String::new())
+}
+
+/// A short description of a device: what `onyx info --device D` prints.
+///
+/// # Errors
+/// [`Error::DeviceUnavailable`] when the device cannot be opened.
+pub fn describe(requested: Device) -> Result<String, Error> {
+    let unavailable =
+        |reason: String| Error::DeviceUnavailable { requested: requested.to_string(), reason };
+    match requested {
+        Device::Cpu => Ok(format!(
+            "cpu: {} threads available",
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        )),
+        Device::Wgpu(n) => describe_wgpu(n).map_err(unavailable),
+        Device::Cuda(n) => describe_cuda(n).map_err(unavailable),
+    }
+}
+
 /// Resolves a device request to a provider. An unavailable device falls back to
 /// the CPU with a warning, or is an error under `strict`.
 ///
@@ -100,9 +183,10 @@ pub fn resolve(requested: Device, strict: bool, cpu: CpuOptions) -> Result<Resol
             Ok(provider) => return Ok(Resolved { requested, provider, fallback: None }),
             Err(reason) => Some(reason),
         },
-        Device::Cuda(_) => {
-            Some("this build of Onyx has no CUDA backend (build with --features cuda)".to_string())
-        }
+        Device::Cuda(n) => match open_cuda(n) {
+            Ok(provider) => return Ok(Resolved { requested, provider, fallback: None }),
+            Err(reason) => Some(reason),
+        },
     };
     if let Some(reason) = unavailable {
         if strict {

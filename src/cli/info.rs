@@ -11,10 +11,23 @@ use super::InfoArgs;
 use super::io::{bytes, open};
 
 pub fn info(a: InfoArgs) -> Result<ExitCode> {
-    let model = onyx::core::onnx::load_model_file(&a.model)
-        .with_context(|| format!("loading {}", a.model.display()))?;
+    let requested: onyx::Device = a.session.device.parse()?;
+    let Some(path) = &a.model else {
+        let text = onyx::device::describe(requested)
+            .with_context(|| format!("describing device {requested}"))?;
+        println!("{text}");
+        return Ok(ExitCode::SUCCESS);
+    };
+    let model = onyx::core::onnx::load_model_file(path)
+        .with_context(|| format!("loading {}", path.display()))?;
     let g = &model.graph;
-    println!("model     {}", a.model.display());
+    println!("model     {}", path.display());
+    if requested != onyx::Device::Cpu {
+        match onyx::device::describe(requested) {
+            Ok(text) => println!("device    {}", text.replace('\n', "\n          ")),
+            Err(e) => println!("device    {requested}: unavailable ({e})"),
+        }
+    }
     println!("ir        {}", model.ir_version);
     println!("producer  {}", if model.producer.is_empty() { "-" } else { &model.producer });
     let opsets: Vec<String> = model.opsets.iter().map(|(d, v)| format!("{d} {v}")).collect();
@@ -40,7 +53,7 @@ pub fn info(a: InfoArgs) -> Result<ExitCode> {
     }
 
     // Placement needs a session on the requested device; the op table shows it per op.
-    let session = open(&a.model, &a.session, true);
+    let session = open(path, &a.session, true);
     let mut placed: BTreeMap<String, BTreeMap<String, usize>> = BTreeMap::new();
     if let Ok(s) = &session {
         for (node, device) in s.placement() {

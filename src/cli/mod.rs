@@ -96,8 +96,8 @@ struct BenchArgs {
 
 #[derive(Args, Debug)]
 struct InfoArgs {
-    /// The .onnx file.
-    model: PathBuf,
+    /// The .onnx file; without one, describes the --device (name, compute capability, memory).
+    model: Option<PathBuf>,
     #[command(flatten)]
     session: SessionArgs,
     /// Skip the run that measures the planned memory figures.

@@ -1,0 +1,202 @@
+//! The device side of the provider: context, stream, memory pool, loaded
+//! modules and the cuBLAS handle, with the launch helpers kernels use.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use cudarc::cublas::CudaBlas;
+use cudarc::driver::sys::{CUmemPool_attribute, CUmemoryPool};
+use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream, LaunchConfig};
+use cudarc::driver::{DriverError, result as drv, sys as drv_sys};
+use onyx_core::ep::EpError;
+use onyx_kernels::Kernel;
+
+use crate::compile;
+
+/// Threads per block for the grid-stride kernels.
+pub(crate) const BLOCK: u32 = 256;
+
+pub(crate) fn device_err(what: &str) -> impl Fn(DriverError) -> EpError + '_ {
+    move |e| EpError::Device(format!("{what}: {e}"))
+}
+
+/// A stream-ordered memory pool owned by one provider, so its reserved and
+/// used figures are this provider's alone.
+pub(crate) struct Pool(pub CUmemoryPool);
+
+// SAFETY: a CUmemoryPool handle may be used from any thread; the driver synchronizes.
+unsafe impl Send for Pool {}
+// SAFETY: as above.
+unsafe impl Sync for Pool {}
+
+impl Pool {
+    pub fn new(device: drv_sys::CUdevice, release_threshold: u64) -> Result<Self, EpError> {
+        // SAFETY: CUmemPoolProps is a plain C struct for which all-zero bytes
+        // mean "defaults" (no handle export, no reserved fields set).
+        let mut props: drv_sys::CUmemPoolProps = unsafe { std::mem::zeroed() };
+        props.allocType = drv_sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
+        props.location.type_ = drv_sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
+        props.location.id = device;
+        // SAFETY: `props` is a fully initialized pool description.
+        let pool = unsafe { drv::mem_pool::create(&props) }
+            .map_err(device_err("creating a CUDA memory pool"))?;
+        let pool = Pool(pool);
+        pool.set(CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, release_threshold)?;
+        Ok(pool)
+    }
+
+    pub fn get(&self, attr: CUmemPool_attribute) -> u64 {
+        let mut v: u64 = 0;
+        // SAFETY: the pool is live; these attributes are 64-bit values.
+        let r = unsafe { drv::mem_pool::get_attribute(self.0, attr, (&mut v as *mut u64).cast()) };
+        r.map(|()| v).unwrap_or(0)
+    }
+
+    pub fn set(&self, attr: CUmemPool_attribute, mut v: u64) -> Result<(), EpError> {
+        // SAFETY: the pool is live; these attributes are 64-bit values.
+        unsafe { drv::mem_pool::set_attribute(self.0, attr, (&mut v as *mut u64).cast()) }
+            .map_err(device_err("setting a memory-pool attribute"))
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        // SAFETY: the pool is live; the driver defers destruction until
+        // outstanding allocations (freed asynchronously) are returned.
+        let _ = unsafe { drv::mem_pool::destroy(self.0) };
+    }
+}
+
+/// Everything kernels need to run on the device.
+pub(crate) struct Gpu {
+    pub ctx: Arc<CudaContext>,
+    pub stream: Arc<CudaStream>,
+    pub pool: Pool,
+    pub cc: (i32, i32),
+    pub sms: u32,
+    pub allow_tf32: bool,
+    pub blas: CudaBlas,
+    modules: Mutex<HashMap<Kernel, Arc<CudaModule>>>,
+    functions: Mutex<HashMap<(Kernel, &'static str), CudaFunction>>,
+}
+
+impl Gpu {
+    pub fn new(
+        ctx: Arc<CudaContext>,
+        sms: u32,
+        cc: (i32, i32),
+        release_threshold: u64,
+        allow_tf32: bool,
+    ) -> Result<Self, EpError> {
+        // One stream per provider: ordering, not events, keeps buffers safe,
+        // so cudarc's per-slice event tracking is pure overhead.
+        // SAFETY: every buffer of this context is used on this provider's one stream.
+        unsafe { ctx.disable_event_tracking() };
+        let stream = ctx.new_stream().map_err(device_err("creating a CUDA stream"))?;
+        let pool = Pool::new(ctx.cu_device(), release_threshold)?;
+        let blas = CudaBlas::new(stream.clone())
+            .map_err(|e| EpError::Device(format!("creating a cuBLAS handle: {e:?}")))?;
+        Ok(Gpu {
+            ctx,
+            stream,
+            pool,
+            cc,
+            sms,
+            allow_tf32,
+            blas,
+            modules: Mutex::new(HashMap::new()),
+            functions: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// A kernel entry point, compiling and loading its file on first use.
+    pub fn function(&self, kernel: Kernel, name: &'static str) -> Result<CudaFunction, EpError> {
+        let mut fns = self.functions.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(f) = fns.get(&(kernel, name)) {
+            return Ok(f.clone());
+        }
+        let module = {
+            let mut mods = self.modules.lock().unwrap_or_else(|p| p.into_inner());
+            match mods.get(&kernel) {
+                Some(m) => m.clone(),
+                None => {
+                    let cubin = compile::cubin_cached(kernel, self.cc.0, self.cc.1)
+                        .map_err(|e| EpError::Device(e.to_string()))?;
+                    let m = self
+                        .ctx
+                        .load_module(cudarc::nvrtc::Ptx::from_binary(cubin))
+                        .map_err(device_err(kernel.file()))?;
+                    mods.insert(kernel, m.clone());
+                    m
+                }
+            }
+        };
+        let f = module
+            .load_function(name)
+            .map_err(|e| EpError::Device(format!("{} has no kernel {name}: {e}", kernel.file())))?;
+        fns.insert((kernel, name), f.clone());
+        Ok(f)
+    }
+
+    /// A grid for a grid-stride loop over `n` items: enough blocks to fill the
+    /// GPU several times over, never one per item for huge tensors.
+    pub fn grid(&self, n: u64) -> LaunchConfig {
+        let blocks = n.div_ceil(BLOCK as u64).clamp(1, self.sms as u64 * 32) as u32;
+        LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (BLOCK, 1, 1), shared_mem_bytes: 0 }
+    }
+}
+
+/// Arguments of one kernel launch, kept alive until the launch is queued.
+pub(crate) struct Args {
+    words: Vec<Box<dyn std::any::Any>>,
+}
+
+/// Pushes `value` into a launch as one kernel parameter.
+pub(crate) trait Arg: cudarc::driver::DeviceRepr + 'static {}
+impl<T: cudarc::driver::DeviceRepr + 'static> Arg for T {}
+
+impl Args {
+    pub fn new() -> Self {
+        Args { words: Vec::new() }
+    }
+
+    /// Adds a parameter (a device pointer as `u64`, a scalar, or a `#[repr(C)]` struct).
+    pub fn push<T: Arg>(mut self, value: T) -> Self {
+        self.words.push(Box::new(value));
+        self
+    }
+
+    /// Queues `f` on the stream with these parameters.
+    ///
+    /// # Safety
+    /// The parameters must match the kernel's signature in type and order, and
+    /// every pointer must name a live buffer large enough for what the kernel touches.
+    pub unsafe fn launch(
+        &self,
+        gpu: &Gpu,
+        f: &CudaFunction,
+        cfg: LaunchConfig,
+    ) -> Result<(), EpError> {
+        if cfg.grid_dim.0 == 0 || cfg.grid_dim.1 == 0 || cfg.grid_dim.2 == 0 {
+            return Ok(());
+        }
+        let mut ptrs: Vec<*mut std::ffi::c_void> = self
+            .words
+            .iter()
+            .map(|w| (w.as_ref() as *const dyn std::any::Any).cast::<std::ffi::c_void>().cast_mut())
+            .collect();
+        // SAFETY: the caller guarantees the parameters match the kernel;
+        // each pointer addresses a boxed value that outlives the call.
+        unsafe {
+            drv::launch_kernel(
+                f.cu_function(),
+                cfg.grid_dim,
+                cfg.block_dim,
+                cfg.shared_mem_bytes,
+                gpu.stream.cu_stream(),
+                &mut ptrs,
+            )
+        }
+        .map_err(device_err("launching a kernel"))
+    }
+}

@@ -1,0 +1,494 @@
+//! Elementwise kernels: unary, binary with broadcasting, variadic, Clip, Where, Cast.
+
+use onyx_core::dtype::DType;
+use onyx_core::ep::{EpError, KernelSpec};
+use onyx_core::ops::elementwise::{
+    BINARY_OPS, Binary, BinaryKind, Clip, UNARY_OPS, Unary, UnaryKind, Variadic, VariadicKind,
+};
+use onyx_kernels::Kernel;
+
+use super::{
+    CudaKernel, Io, Registry, Strided, in_dtype, is_float, is_int, op, out_dtype, suffix,
+    unsupported, width,
+};
+use crate::gpu::{Args, Gpu};
+
+/// `UnaryArgs` in elementwise.cu.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default)]
+struct UnaryArgs {
+    n: i64,
+    op: i32,
+    alpha: f32,
+    beta: f32,
+    gamma: f32,
+}
+
+// SAFETY: plain `#[repr(C)]` data matching `struct UnaryArgs` in elementwise.cu.
+unsafe impl cudarc::driver::DeviceRepr for UnaryArgs {}
+
+/// A per-dtype entry point name, leaked once per (prefix, dtype) so kernels
+/// can hold `&'static str` names.
+pub(crate) fn entry(prefix: &str, dtype: DType) -> Result<&'static str, EpError> {
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+    static NAMES: Mutex<Option<HashMap<String, &'static str>>> = Mutex::new(None);
+    let sfx = suffix(dtype).ok_or_else(|| unsupported(prefix, dtype))?;
+    let name = format!("{prefix}_{sfx}");
+    let mut names = NAMES.lock().unwrap_or_else(|p| p.into_inner());
+    let map = names.get_or_insert_with(HashMap::new);
+    Ok(*map.entry(name.clone()).or_insert_with(|| Box::leak(name.into_boxed_str())))
+}
+
+/// The unary_float op number and its parameters (alpha, beta, gamma).
+fn float_unary(kind: UnaryKind) -> Option<(i32, [f32; 3])> {
+    use UnaryKind::*;
+    let z = [0.0; 3];
+    Some(match kind {
+        Abs => (0, z),
+        Neg => (1, z),
+        Exp => (2, z),
+        Log => (3, z),
+        Sqrt => (4, z),
+        Reciprocal => (5, z),
+        Floor => (6, z),
+        Ceil => (7, z),
+        Round => (8, z),
+        Sign => (9, z),
+        Sin => (10, z),
+        Cos => (11, z),
+        Tan => (12, z),
+        Asin => (13, z),
+        Acos => (14, z),
+        Atan => (15, z),
+        Sinh => (16, z),
+        Cosh => (17, z),
+        Asinh => (18, z),
+        Acosh => (19, z),
+        Atanh => (20, z),
+        Relu => (21, z),
+        Sigmoid => (22, z),
+        Tanh => (23, z),
+        Erf => (24, z),
+        Softplus => (25, z),
+        Softsign => (26, z),
+        LeakyRelu { alpha } => (27, [alpha, 0.0, 0.0]),
+        Elu { alpha } => (28, [alpha, 0.0, 0.0]),
+        Selu { alpha, gamma } => (29, [alpha, 0.0, gamma]),
+        HardSigmoid { alpha, beta } => (30, [alpha, beta, 0.0]),
+        HardSwish => (31, z),
+        Celu { alpha } => (32, [alpha, 0.0, 0.0]),
+        ThresholdedRelu { alpha } => (33, [alpha, 0.0, 0.0]),
+        Mish => (34, z),
+        Gelu { tanh_approximation: false } => (35, z),
+        Gelu { tanh_approximation: true } => (36, z),
+        Shrink { bias, lambd } => (37, [bias, lambd, 0.0]),
+        IsNaN => (100, z),
+        IsInf { detect_positive, detect_negative } => {
+            (101, [detect_positive as u8 as f32, detect_negative as u8 as f32, 0.0])
+        }
+        Not | BitwiseNot => return None,
+    })
+}
+
+/// The unary_int op number.
+fn int_unary(kind: UnaryKind, dtype: DType) -> Option<i32> {
+    let signed = dtype.is_signed_int();
+    Some(match kind {
+        UnaryKind::Abs if dtype != DType::Bool => 0,
+        UnaryKind::Neg if signed => 1,
+        UnaryKind::Sign if dtype != DType::Bool => 2,
+        UnaryKind::Relu if signed => 3,
+        UnaryKind::BitwiseNot if dtype != DType::Bool => 4,
+        UnaryKind::Not if dtype == DType::Bool => 5,
+        _ => return None,
+    })
+}
+
+/// One launch of a `(UnaryArgs, x, y)` entry point over the output.
+struct UnaryKernel {
+    name: &'static str,
+    args: UnaryArgs,
+}
+
+impl UnaryKernel {
+    fn run(&self, gpu: &Gpu, io: &Io<'_>, x: u64) -> Result<(), EpError> {
+        let n = io.output(0)?.numel() as i64;
+        let f = gpu.function(Kernel::Elementwise, self.name)?;
+        let args = Args::new().push(UnaryArgs { n, ..self.args }).push(x).push(io.out_ptr(0)?);
+        // SAFETY: matches `(UnaryArgs, const T*, T*)`; x and y hold n elements.
+        unsafe { args.launch(gpu, &f, gpu.grid(n as u64)) }
+    }
+}
+
+impl CudaKernel for UnaryKernel {
+    fn launch(&self, gpu: &Gpu, io: &Io<'_>) -> Result<(), EpError> {
+        self.run(gpu, io, io.in_ptr(0)?)
+    }
+
+    fn in_place(&self) -> bool {
+        !self.name.starts_with("float_test")
+    }
+}
+
+fn build_unary(spec: &KernelSpec<'_>) -> Result<Box<dyn CudaKernel>, EpError> {
+    let kind = op::<Unary>(spec)?.kind;
+    let dtype = in_dtype(spec, 0)?;
+    let args = |op: i32, p: [f32; 3]| UnaryArgs { n: 0, op, alpha: p[0], beta: p[1], gamma: p[2] };
+    if is_float(dtype) {
+        if let Some((code, p)) = float_unary(kind) {
+            let prefix = if code >= 100 { "float_test" } else { "unary_float" };
+            return Ok(Box::new(UnaryKernel { name: entry(prefix, dtype)?, args: args(code, p) }));
+        }
+    } else if let Some(code) = int_unary(kind, dtype) {
+        return Ok(Box::new(UnaryKernel {
+            name: entry("unary_int", dtype)?,
+            args: args(code, [0.0; 3]),
+        }));
+    }
+    Err(unsupported(&spec.node.op_type, dtype))
+}
+
+/// The binary op code in elementwise.cu.
+fn binary_code(kind: BinaryKind) -> i32 {
+    use BinaryKind::*;
+    match kind {
+        Add => 0,
+        Sub => 1,
+        Mul => 2,
+        Div => 3,
+        Pow => 4,
+        Mod { fmod: false } => 5,
+        Mod { fmod: true } => 6,
+        BitShiftLeft => 7,
+        BitShiftRight => 8,
+        BitwiseAnd => 9,
+        BitwiseOr => 10,
+        BitwiseXor => 11,
+        PRelu => 12,
+        Equal => 0,
+        Less => 1,
+        Greater => 2,
+        LessOrEqual => 3,
+        GreaterOrEqual => 4,
+        And => 5,
+        Or => 6,
+        Xor => 7,
+    }
+}
+
+/// Broadcasting binary op: `binary_T`, `compare_T`, the vectorized same-shape
+/// paths, or `pow_mixed` for an exponent of another dtype.
+#[derive(Clone)]
+struct BinaryKernel {
+    code: i32,
+    dtype: DType,
+    /// `binary_T` or `compare_T`.
+    name: &'static str,
+    /// Pow's exponent dtype when it differs from the base's.
+    mixed: Option<DType>,
+}
+
+impl BinaryKernel {
+    #[allow(clippy::too_many_arguments)]
+    fn run(
+        &self,
+        gpu: &Gpu,
+        out: &[usize],
+        sa: &[usize],
+        sb: &[usize],
+        a: u64,
+        b: u64,
+        y: u64,
+    ) -> Result<(), EpError> {
+        let n = out.iter().product::<usize>() as i64;
+        let same = sa == out && sb == out;
+        if let Some(bt) = self.mixed {
+            let s = Strided::broadcast(out, &[sa, sb])?;
+            let f = gpu.function(Kernel::Elementwise, "pow_mixed")?;
+            let args = Args::new()
+                .push(s)
+                .push(self.dtype.to_onnx())
+                .push(bt.to_onnx())
+                .push(a)
+                .push(b)
+                .push(y);
+            // SAFETY: matches `pow_mixed(Strided, int, int, const void*, const void*, void*)`.
+            return unsafe { args.launch(gpu, &f, gpu.grid(n as u64)) };
+        }
+        let vec = match self.dtype {
+            DType::F32 if same && self.name.starts_with("binary") => Some("binary_vec4_f32"),
+            DType::F16 if same && self.name.starts_with("binary") => Some("binary_vec8_f16"),
+            DType::BF16 if same && self.name.starts_with("binary") => Some("binary_vec8_bf16"),
+            _ => None,
+        };
+        if let Some(name) = vec {
+            let f = gpu.function(Kernel::Elementwise, name)?;
+            let lanes = if self.dtype == DType::F32 { 4 } else { 8 };
+            let args = Args::new().push(n).push(self.code).push(a).push(b).push(y);
+            // SAFETY: matches `(i64 n, int op, const T*, const T*, T*)`; all hold n elements.
+            return unsafe { args.launch(gpu, &f, gpu.grid((n as u64).div_ceil(lanes))) };
+        }
+        let s = Strided::broadcast(out, &[sa, sb])?;
+        let f = gpu.function(Kernel::Elementwise, self.name)?;
+        let args = Args::new().push(s).push(self.code).push(a).push(b).push(y);
+        // SAFETY: matches `(Strided, int, const T*, const T*, T* or u8*)`; the strides
+        // stay inside each input by construction.
+        unsafe { args.launch(gpu, &f, gpu.grid(n as u64)) }
+    }
+}
+
+impl CudaKernel for BinaryKernel {
+    fn launch(&self, gpu: &Gpu, io: &Io<'_>) -> Result<(), EpError> {
+        let (sa, sb) = (&io.input(0)?.shape, &io.input(1)?.shape);
+        self.run(gpu, &io.output(0)?.shape, sa, sb, io.in_ptr(0)?, io.in_ptr(1)?, io.out_ptr(0)?)
+    }
+
+    fn in_place(&self) -> bool {
+        self.mixed.is_none() && self.name.starts_with("binary")
+    }
+}
+
+fn binary_kernel(kind: BinaryKind, dtype: DType, other: DType) -> Result<BinaryKernel, EpError> {
+    let code = binary_code(kind);
+    let bad = || unsupported(&format!("{kind:?}"), dtype);
+    if kind == BinaryKind::Pow && other != dtype {
+        let ok = |d: DType| is_float(d) || matches!(d, DType::I32 | DType::I64);
+        if !(ok(dtype) && ok(other)) {
+            return Err(bad());
+        }
+        return Ok(BinaryKernel { code, dtype, name: "pow_mixed", mixed: Some(other) });
+    }
+    let name = if kind.is_predicate() {
+        let logical = matches!(kind, BinaryKind::And | BinaryKind::Or | BinaryKind::Xor);
+        if logical != (dtype == DType::Bool) && logical {
+            return Err(bad());
+        }
+        entry("compare", dtype)?
+    } else {
+        let float_ok = !matches!(
+            kind,
+            BinaryKind::BitShiftLeft
+                | BinaryKind::BitShiftRight
+                | BinaryKind::BitwiseAnd
+                | BinaryKind::BitwiseOr
+                | BinaryKind::BitwiseXor
+        );
+        let ok = (is_float(dtype) && float_ok)
+            || is_int(dtype)
+            || (dtype == DType::Bool
+                && matches!(
+                    kind,
+                    BinaryKind::BitwiseAnd | BinaryKind::BitwiseOr | BinaryKind::BitwiseXor
+                ));
+        if !ok {
+            return Err(bad());
+        }
+        entry("binary", dtype)?
+    };
+    Ok(BinaryKernel { code, dtype, name, mixed: None })
+}
+
+fn build_binary(spec: &KernelSpec<'_>) -> Result<Box<dyn CudaKernel>, EpError> {
+    let kind = op::<Binary>(spec)?.kind;
+    Ok(Box::new(binary_kernel(kind, in_dtype(spec, 0)?, in_dtype(spec, 1)?)?))
+}
+
+/// Max/Min/Sum/Mean over any number of inputs: a chain of binary launches into
+/// the output, then a scale for Mean.
+struct VariadicKernel {
+    step: BinaryKernel,
+    mean: Option<&'static str>,
+}
+
+impl CudaKernel for VariadicKernel {
+    fn launch(&self, gpu: &Gpu, io: &Io<'_>) -> Result<(), EpError> {
+        let present: Vec<usize> = (0..io.inputs.len()).filter(|&i| io.has_input(i)).collect();
+        let y = io.out_ptr(0)?;
+        let out = &io.output(0)?.shape;
+        let Some((&first, rest)) = present.split_first() else {
+            return Err(EpError::Kernel("no inputs".into()));
+        };
+        let (a, sa) = (io.in_ptr(first)?, &io.input(first)?.shape);
+        match rest.split_first() {
+            // One input: broadcast it into the output as max(x, x) = x.
+            None => {
+                BinaryKernel { code: 13, ..self.step.clone() }.run(gpu, out, sa, sa, a, a, y)?
+            }
+            Some((&second, others)) => {
+                let (b, sb) = (io.in_ptr(second)?, &io.input(second)?.shape);
+                self.step.run(gpu, out, sa, sb, a, b, y)?;
+                for &i in others {
+                    let (b, sb) = (io.in_ptr(i)?, &io.input(i)?.shape);
+                    self.step.run(gpu, out, out, sb, y, b, y)?;
+                }
+            }
+        }
+        if let Some(name) = self.mean {
+            let k = UnaryKernel {
+                name,
+                args: UnaryArgs { op: 38, alpha: 1.0 / present.len() as f32, ..Default::default() },
+            };
+            k.run(gpu, io, y)?;
+        }
+        Ok(())
+    }
+}
+
+fn build_variadic(spec: &KernelSpec<'_>) -> Result<Box<dyn CudaKernel>, EpError> {
+    let v = op::<Variadic>(spec)?;
+    let dtype = in_dtype(spec, 0)?;
+    let kind = match v.kind {
+        VariadicKind::Max => 13,
+        VariadicKind::Min => 14,
+        VariadicKind::Sum | VariadicKind::Mean => 0,
+    };
+    if !(is_float(dtype) || is_int(dtype)) || (v.kind == VariadicKind::Mean && !is_float(dtype)) {
+        return Err(unsupported(&spec.node.op_type, dtype));
+    }
+    let step = BinaryKernel { code: kind, dtype, name: entry("binary", dtype)?, mixed: None };
+    let mean = (v.kind == VariadicKind::Mean).then(|| entry("unary_float", dtype)).transpose()?;
+    Ok(Box::new(VariadicKernel { step, mean }))
+}
+
+/// Clip with bounds from attributes or from value inputs 1 and 2.
+struct ClipKernel {
+    attr: (Option<f32>, Option<f32>),
+    name: &'static str,
+}
+
+impl CudaKernel for ClipKernel {
+    fn launch(&self, gpu: &Gpu, io: &Io<'_>) -> Result<(), EpError> {
+        let bound = |i: usize, attr: Option<f32>| -> Result<Option<f64>, EpError> {
+            if let Some(a) = attr {
+                return Ok(Some(a as f64));
+            }
+            if io.has_value(i) {
+                return io
+                    .floats(i)?
+                    .first()
+                    .map(|v| Some(*v))
+                    .ok_or_else(|| EpError::Kernel("empty Clip bound".into()));
+            }
+            Ok(None)
+        };
+        let lo = bound(1, self.attr.0)?;
+        let hi = bound(2, self.attr.1)?;
+        let n = io.output(0)?.numel() as i64;
+        let f = gpu.function(Kernel::Elementwise, self.name)?;
+        let args = Args::new()
+            .push(n)
+            .push(lo.is_some() as i32)
+            .push(hi.is_some() as i32)
+            .push(lo.unwrap_or(0.0))
+            .push(hi.unwrap_or(0.0))
+            .push(io.in_ptr(0)?)
+            .push(io.out_ptr(0)?);
+        // SAFETY: matches `clip_T(i64, int, int, double, double, const T*, T*)`.
+        unsafe { args.launch(gpu, &f, gpu.grid(n as u64)) }
+    }
+
+    fn in_place(&self) -> bool {
+        true
+    }
+}
+
+fn build_clip(spec: &KernelSpec<'_>) -> Result<Box<dyn CudaKernel>, EpError> {
+    let c = op::<Clip>(spec)?;
+    let dtype = in_dtype(spec, 0)?;
+    if !(is_float(dtype) || is_int(dtype)) {
+        return Err(unsupported("Clip", dtype));
+    }
+    Ok(Box::new(ClipKernel { attr: (c.min, c.max), name: entry("clip", dtype)? }))
+}
+
+/// Where by element width.
+struct WhereKernel {
+    name: &'static str,
+}
+
+impl CudaKernel for WhereKernel {
+    fn launch(&self, gpu: &Gpu, io: &Io<'_>) -> Result<(), EpError> {
+        let out = &io.output(0)?.shape;
+        let s = Strided::broadcast(
+            out,
+            &[&io.input(0)?.shape, &io.input(1)?.shape, &io.input(2)?.shape],
+        )?;
+        let f = gpu.function(Kernel::Elementwise, self.name)?;
+        let args = Args::new()
+            .push(s)
+            .push(io.in_ptr(0)?)
+            .push(io.in_ptr(1)?)
+            .push(io.in_ptr(2)?)
+            .push(io.out_ptr(0)?);
+        // SAFETY: matches `where_wN(Strided, const u8*, const W*, const W*, W*)`.
+        unsafe { args.launch(gpu, &f, gpu.grid(s.numel as u64)) }
+    }
+
+    fn in_place(&self) -> bool {
+        true
+    }
+}
+
+fn build_where(spec: &KernelSpec<'_>) -> Result<Box<dyn CudaKernel>, EpError> {
+    let dtype = in_dtype(spec, 1)?;
+    let name = match width(dtype) {
+        Some(1) => "where_w1",
+        Some(2) => "where_w2",
+        Some(4) => "where_w4",
+        Some(8) => "where_w8",
+        _ => return Err(unsupported("Where", dtype)),
+    };
+    Ok(Box::new(WhereKernel { name }))
+}
+
+/// Cast between any two of the supported dtypes.
+struct CastKernel {
+    from: DType,
+    to: DType,
+}
+
+impl CudaKernel for CastKernel {
+    fn launch(&self, gpu: &Gpu, io: &Io<'_>) -> Result<(), EpError> {
+        let n = io.output(0)?.numel() as i64;
+        let f = gpu.function(Kernel::Elementwise, "cast")?;
+        let args = Args::new()
+            .push(n)
+            .push(self.from.to_onnx())
+            .push(self.to.to_onnx())
+            .push(io.in_ptr(0)?)
+            .push(io.out_ptr(0)?);
+        // SAFETY: matches `cast(i64, int, int, const void*, void*)`; both hold n elements.
+        unsafe { args.launch(gpu, &f, gpu.grid(n as u64)) }
+    }
+}
+
+fn build_cast(spec: &KernelSpec<'_>) -> Result<Box<dyn CudaKernel>, EpError> {
+    let from = in_dtype(spec, 0)?;
+    let to = out_dtype(spec, 0)?;
+    for d in [from, to] {
+        if suffix(d).is_none() {
+            return Err(EpError::Unsupported(format!(
+                "Cast from {from} to {to} is not implemented on CUDA"
+            )));
+        }
+    }
+    Ok(Box::new(CastKernel { from, to }))
+}
+
+/// Registers the elementwise kernels.
+pub(crate) fn register_all(r: &mut Registry) {
+    for op in UNARY_OPS {
+        r.register(op, build_unary);
+    }
+    for op in BINARY_OPS {
+        r.register(op, build_binary);
+    }
+    for op in ["Max", "Min", "Sum", "Mean"] {
+        r.register(op, build_variadic);
+    }
+    r.register("Clip", build_clip);
+    r.register("Where", build_where);
+    r.register("Cast", build_cast);
+    r.register("CastLike", build_cast);
+}

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# The CUDA results of BENCHMARKS.md, as run on the H200 device machine. It expects,
+# in the repository root, .dev/ with binaries built here (x86-64) by
+#   cargo build --release --features cuda && cargo build --release -p onyx-cuda --example kernel_bench
+#   cargo test --release --features cuda --test cuda --no-run   (copied to .dev/cuda_tests)
+# and STEPS (space-separated) choosing what to run: probe tests kernels conformance models.
+# Results go to /tmp/res as JSON lines and logs, packed into $OUT/results.tgz at the end.
+set -u
+OUT=${OUT:-/tmp/out}
+RES=/tmp/res
+BIN=.dev
+mkdir -p "$OUT" "$RES"
+trap 'tar czf "$OUT/results.tgz" -C "$RES" .' EXIT
+STEPS=${STEPS:-"probe tests kernels models conformance"}
+has() { [[ " $STEPS " == *" $1 "* ]]; }
+
+# NVRTC and cuBLAS: the system CUDA if the loader knows it, else the toolkit folders.
+for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
+    [ -d "$d" ] && export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+done
+export ONYX_CUDA_CACHE=/tmp/onyx-cuda-cache
+
+if has probe; then
+    nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.total --format=csv,noheader
+    ldconfig -p | grep -E "libnvrtc|libcublas\.so" | head -4
+    $BIN/onyx info --device cuda
+    $BIN/onyx info --device cuda:7 || echo "(cuda:7 refused, as it should be)"
+fi
+
+if has tests; then
+    ONYX_REQUIRE_CUDA=1 $BIN/cuda_tests --test-threads 1 --nocapture 2>&1 | tee "$RES/cuda_tests.log" | grep -E "^test |release |test result|panicked|assert"
+fi
+
+if has kernels; then
+    python3 benches/torch_cuda.py | tee "$RES/torch_kernels.json"
+    $BIN/kernel_bench --add-elems $((256 << 20)) --runs 20 --reps 10 | tee "$RES/onyx_kernels.json"
+fi
+
+if has models; then
+    M=/tmp/models
+    mkdir -p "$M"
+    python3 benches/export_models.py "$M" --fp16 2>&1 | grep -v Warning
+    python3 benches/bert_torch.py "$M" | tee "$RES/bert_torch.jsonl"
+    for seq in 128 512; do
+        ins="--input input_ids=$M/bert_ids_8x$seq.npy --input attention_mask=$M/bert_mask_8x$seq.npy"
+        for release in "" "--no-release"; do
+            rm -rf /tmp/o
+            $BIN/onyx run "$M/bert_base_fp16.onnx" --device cuda --strict --json $release $ins --output-dir /tmp/o \
+                | python3 -c "import json,sys; r=json.load(sys.stdin); m=r['memory']; print(json.dumps({'case': 'bert_fp16_8x$seq', 'release': '$release' == '', 'peak': m['peak_bytes'], 'no_release': m['no_release_bytes'], 'bound': m['live_set_bound_bytes'], 'weights': m['weight_bytes']}))" \
+                | tee -a "$RES/bert_memory.jsonl"
+        done
+        python3 -c "import numpy as np; a=np.load('/tmp/o/last_hidden_state.npy').astype(np.float32); b=np.load('$M/bert_torch_8x$seq.npy'); print({'case': 'bert_fp16_8x$seq', 'max_abs_diff_vs_torch': float(np.abs(a-b).max()), 'rel_l2': float(np.linalg.norm(a-b)/np.linalg.norm(b))})" | tee -a "$RES/bert_check.jsonl"
+        $BIN/onyx bench "$M/bert_base_fp16.onnx" --device cuda --strict --runs 30 --warmup 5 --json $ins \
+            | python3 -c "import json,sys; r=json.load(sys.stdin); print(json.dumps({'case': 'bert_fp16_8x$seq', 'device': r['device'], **{k: round(v,3) for k,v in r['warm'].items() if k.endswith('ms')}}))" \
+            | tee -a "$RES/bert_onyx.jsonl"
+    done
+fi
+
+if has conformance; then
+    export ONYX_TESTDATA=/tmp/testdata
+    for suite in node ort; do
+        timeout ${CONF_TIMEOUT:-300} $BIN/onyx conformance --suite "$suite" --backend cuda --no-fallback \
+            --report "$RES/conf-$suite" ${MANIFEST:+--manifest "$MANIFEST"} > "$RES/conformance-$suite.txt" 2>&1
+        tail -5 "$RES/conformance-$suite.txt"
+    done
+fi
+

@@ -1,0 +1,57 @@
+#!/usr/bin/env python3
+"""PyTorch's side of the CUDA kernel benchmarks in BENCHMARKS.md, run in the same
+call as Onyx's kernel_bench: a device-to-device copy and an f32 Add of N
+elements (bytes read + written per second), and square matrix products in bf16
+at 8192^3 and f16 at 4096^3 (TFLOP/s). Each figure is the median of 20 timed
+repetitions (CUDA events) after 3 warm-ups, on random data.
+
+    torch_cuda.py [N]     (default 268435456)
+"""
+
+import json
+import sys
+
+import torch
+
+
+def median_ms(fn, reps=20):
+    for _ in range(3):
+        fn()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end))
+    return sorted(times)[len(times) // 2]
+
+
+def matmul_tflops(dtype, n):
+    a = torch.rand(n, n, device="cuda", dtype=dtype) * 2 - 1
+    b = torch.rand(n, n, device="cuda", dtype=dtype) * 2 - 1
+    c = torch.empty(n, n, device="cuda", dtype=dtype)
+    ms = median_ms(lambda: torch.matmul(a, b, out=c))
+    return {"dtype": str(dtype).replace("torch.", ""), "n": n, "ms": ms, "tflops": 2 * n ** 3 / (ms / 1e3) / 1e12}
+
+
+def main():
+    n = int(sys.argv[1]) if len(sys.argv) > 1 else 256 << 20
+    x = torch.rand(n, device="cuda")
+    y = torch.empty_like(x)
+    copy = median_ms(lambda: y.copy_(x))
+    z = torch.rand(n, device="cuda")
+    add = median_ms(lambda: torch.add(x, z, out=y))
+    del x, y, z
+    print(json.dumps({
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "copy_bytes_per_s": 8 * n / (copy / 1e3),
+        "add_bytes_per_s": 12 * n / (add / 1e3),
+        "matmul": [matmul_tflops(torch.bfloat16, 8192), matmul_tflops(torch.float16, 4096)],
+    }))
+
+
+if __name__ == "__main__":
+    main()

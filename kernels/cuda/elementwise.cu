@@ -1,0 +1,323 @@
+// Elementwise kernels: unary functions, broadcasting binary arithmetic and
+// comparisons, Where, Clip and Cast. Every kernel is a grid-stride loop over
+// the output; the op is a uniform argument, so one kernel per dtype serves all ops.
+#include "common.cuh"
+
+// ---------------------------------------------------------------- unary, floats
+
+struct UnaryArgs { i64 n; int op; float alpha; float beta; float gamma; };
+
+template <typename C>
+__device__ __forceinline__ C unary_float(int op, C x, float alpha, float beta, float gamma) {
+    const C zero = (C)0, one = (C)1;
+    switch (op) {
+    case 0: return fabs(x);
+    case 1: return -x;
+    case 2: return exp(x);
+    case 3: return log(x);
+    case 4: return sqrt(x);
+    case 5: return one / x;
+    case 6: return floor(x);
+    case 7: return ceil(x);
+    case 8: return rint(x);  // round half to even
+    case 9: return x > zero ? one : (x < zero ? -one : x);
+    case 10: return sin(x);
+    case 11: return cos(x);
+    case 12: return tan(x);
+    case 13: return asin(x);
+    case 14: return acos(x);
+    case 15: return atan(x);
+    case 16: return sinh(x);
+    case 17: return cosh(x);
+    case 18: return asinh(x);
+    case 19: return acosh(x);
+    case 20: return atanh(x);
+    case 21: return x > zero ? x : zero;
+    case 22: return x >= zero ? one / (one + exp(-x)) : exp(x) / (one + exp(x));
+    case 23: return tanh(x);
+    case 24: return erf(x);
+    case 25: return x > (C)20 ? x : log1p(exp(x));
+    case 26: return x / (one + fabs(x));
+    case 27: return x >= zero ? x : (C)alpha * x;
+    case 28: return x >= zero ? x : (C)alpha * (exp(x) - one);
+    case 29: return (C)gamma * (x > zero ? x : (C)alpha * (exp(x) - one));
+    case 30: { C v = (C)alpha * x + (C)beta; return v < zero ? zero : (v > one ? one : v); }
+    case 31: { C v = x / (C)6 + (C)0.5; v = v < zero ? zero : (v > one ? one : v); return x * v; }
+    case 32: { C a = (C)alpha; C e = a * (exp(x / a) - one); return (x > zero ? x : zero) + (e < zero ? e : zero); }
+    case 33: return x > (C)alpha ? x : zero;
+    case 34: { C sp = x > (C)20 ? x : log1p(exp(x)); return x * tanh(sp); }
+    case 35: return (C)0.5 * x * (one + erf(x * (C)0.70710678118654752440));
+    case 36: {
+        C inner = (C)0.79788456080286535588 * (x + (C)0.044715 * x * x * x);
+        return (C)0.5 * x * (one + tanh(inner));
+    }
+    case 37: return x < -(C)beta ? x + (C)alpha : (x > (C)beta ? x - (C)alpha : zero);
+    case 38: return x * (C)alpha;
+    }
+    return x;
+}
+
+template <typename T>
+__device__ void unary_float_kernel(UnaryArgs p, const T* x, T* y) {
+    typedef typename Num<T>::C C;
+    for (i64 i = thread_index(); i < p.n; i += grid_stride()) {
+        st(y, i, unary_float<C>(p.op, ld(x, i), p.alpha, p.beta, p.gamma));
+    }
+}
+
+// IsNaN (op 100) and IsInf (op 101; alpha = detect_positive, beta = detect_negative).
+template <typename T>
+__device__ void float_test_kernel(UnaryArgs p, const T* x, u8* y) {
+    typedef typename Num<T>::C C;
+    for (i64 i = thread_index(); i < p.n; i += grid_stride()) {
+        C v = ld(x, i);
+        bool r;
+        if (p.op == 100) r = v != v;
+        else r = (isinf(v) && ((v > (C)0 && p.alpha != 0.0f) || (v < (C)0 && p.beta != 0.0f)));
+        y[i] = r;
+    }
+}
+
+// ---------------------------------------------------------------- unary, integers
+
+template <typename T>
+__device__ void unary_int_kernel(UnaryArgs p, const T* x, T* y) {
+    for (i64 i = thread_index(); i < p.n; i += grid_stride()) {
+        T v = x[i];
+        T r = v;
+        switch (p.op) {
+        case 0: r = v < (T)0 ? (T)(-v) : v; break;
+        case 1: r = (T)(-v); break;
+        case 2: r = v > (T)0 ? (T)1 : (v < (T)0 ? (T)-1 : (T)0); break;
+        case 3: r = v > (T)0 ? v : (T)0; break;
+        case 4: r = (T)(~v); break;
+        case 5: r = (T)(v == (T)0); break;
+        }
+        y[i] = r;
+    }
+}
+
+// ---------------------------------------------------------------- binary
+
+template <typename C>
+__device__ __forceinline__ C binary_float(int op, C a, C b) {
+    switch (op) {
+    case 0: return a + b;
+    case 1: return a - b;
+    case 2: return a * b;
+    case 3: return a / b;
+    case 4: return pow(a, b);
+    case 5: { C r = fmod(a, b); return (r != (C)0 && ((r < (C)0) != (b < (C)0))) ? r + b : r; }
+    case 6: return fmod(a, b);
+    case 12: return a >= (C)0 ? a : a * b;
+    case 13: return (a != a || b != b) ? a + b : (a > b ? a : b);
+    case 14: return (a != a || b != b) ? a + b : (a < b ? a : b);
+    }
+    return a;
+}
+
+template <typename C>
+__device__ __forceinline__ C binary_int(int op, C a, C b) {
+    switch (op) {
+    case 0: return a + b;
+    case 1: return a - b;
+    case 2: return a * b;
+    case 3: return b == (C)0 ? (C)0 : a / b;
+    case 4: {
+        if (b < (C)0) return a == (C)1 ? (C)1 : (a == (C)-1 ? ((b & (C)1) ? (C)-1 : (C)1) : (C)0);
+        C r = 1, base = a, e = b;
+        while (e > (C)0) { if (e & (C)1) r *= base; base *= base; e >>= 1; }
+        return r;
+    }
+    case 5: { if (b == (C)0) return (C)0; C r = a % b; return (r != (C)0 && ((r < (C)0) != (b < (C)0))) ? r + b : r; }
+    case 6: return b == (C)0 ? (C)0 : a % b;
+    case 7: return (b >= (C)(sizeof(C) * 8)) ? (C)0 : (C)(a << b);
+    case 8: return (b >= (C)(sizeof(C) * 8)) ? (C)0 : (C)(a >> b);
+    case 9: return a & b;
+    case 10: return a | b;
+    case 11: return a ^ b;
+    case 12: return a >= (C)0 ? a : a * b;
+    case 13: return a > b ? a : b;
+    case 14: return a < b ? a : b;
+    }
+    return a;
+}
+
+template <typename C>
+__device__ __forceinline__ bool predicate(int op, C a, C b) {
+    switch (op) {
+    case 0: return a == b;
+    case 1: return a < b;
+    case 2: return a > b;
+    case 3: return a <= b;
+    case 4: return a >= b;
+    case 5: return (a != (C)0) && (b != (C)0);
+    case 6: return (a != (C)0) || (b != (C)0);
+    case 7: return (a != (C)0) != (b != (C)0);
+    }
+    return false;
+}
+
+template <typename T, bool FLOAT>
+__device__ void binary_kernel(Strided s, int op, const T* a, const T* b, T* y) {
+    typedef typename Num<T>::C C;
+    for (i64 i = thread_index(); i < s.numel; i += grid_stride()) {
+        i64 oa, ob, oc;
+        offsets3(s, i, oa, ob, oc);
+        C x = ld(a, oa), z = ld(b, ob);
+        if constexpr (FLOAT) st(y, i, binary_float<C>(op, x, z));
+        else st(y, i, binary_int<C>(op, x, z));
+    }
+}
+
+template <typename T>
+__device__ void compare_kernel(Strided s, int op, const T* a, const T* b, u8* y) {
+    for (i64 i = thread_index(); i < s.numel; i += grid_stride()) {
+        i64 oa, ob, oc;
+        offsets3(s, i, oa, ob, oc);
+        y[i] = predicate(op, ld(a, oa), ld(b, ob));
+    }
+}
+
+// Same-shape f32 inputs, four elements per load (16-byte vectorized), then the tail.
+extern "C" __global__ void binary_vec4_f32(i64 n, int op, const float* a, const float* b, float* y) {
+    const i64 n4 = n / 4;
+    const float4* a4 = (const float4*)a;
+    const float4* b4 = (const float4*)b;
+    float4* y4 = (float4*)y;
+    for (i64 i = thread_index(); i < n4; i += grid_stride()) {
+        float4 x = a4[i], z = b4[i], r;
+        r.x = binary_float<float>(op, x.x, z.x);
+        r.y = binary_float<float>(op, x.y, z.y);
+        r.z = binary_float<float>(op, x.z, z.z);
+        r.w = binary_float<float>(op, x.w, z.w);
+        y4[i] = r;
+    }
+    for (i64 i = n4 * 4 + thread_index(); i < n; i += grid_stride()) {
+        y[i] = binary_float<float>(op, a[i], b[i]);
+    }
+}
+
+// Same-shape 16-bit float inputs, eight elements per 16-byte load.
+template <bool BF>
+__device__ void binary_vec8_half(i64 n, int op, const u16* a, const u16* b, u16* y) {
+    const i64 n8 = n / 8;
+    const uint4* a8 = (const uint4*)a;
+    const uint4* b8 = (const uint4*)b;
+    uint4* y8 = (uint4*)y;
+    for (i64 i = thread_index(); i < n8; i += grid_stride()) {
+        uint4 x = a8[i], z = b8[i], r;
+        const u16* xs = (const u16*)&x;
+        const u16* zs = (const u16*)&z;
+        u16* rs = (u16*)&r;
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+            float fx = BF ? bf16_to_f32(xs[k]) : f16_to_f32(xs[k]);
+            float fz = BF ? bf16_to_f32(zs[k]) : f16_to_f32(zs[k]);
+            float v = binary_float<float>(op, fx, fz);
+            rs[k] = BF ? f32_to_bf16(v) : f32_to_f16(v);
+        }
+        y8[i] = r;
+    }
+    for (i64 i = n8 * 8 + thread_index(); i < n; i += grid_stride()) {
+        float fx = BF ? bf16_to_f32(a[i]) : f16_to_f32(a[i]);
+        float fz = BF ? bf16_to_f32(b[i]) : f16_to_f32(b[i]);
+        float v = binary_float<float>(op, fx, fz);
+        y[i] = BF ? f32_to_bf16(v) : f32_to_f16(v);
+    }
+}
+extern "C" __global__ void binary_vec8_f16(i64 n, int op, const u16* a, const u16* b, u16* y) {
+    binary_vec8_half<false>(n, op, a, b, y);
+}
+extern "C" __global__ void binary_vec8_bf16(i64 n, int op, const u16* a, const u16* b, u16* y) {
+    binary_vec8_half<true>(n, op, a, b, y);
+}
+
+// Pow with an exponent of another dtype, through double.
+extern "C" __global__ void pow_mixed(Strided s, int dt_a, int dt_b, const void* a, const void* b, void* y) {
+    for (i64 i = thread_index(); i < s.numel; i += grid_stride()) {
+        i64 oa, ob, oc;
+        offsets3(s, i, oa, ob, oc);
+        Any x = ld_any(a, dt_a, oa), e = ld_any(b, dt_b, ob);
+        Any r;
+        if (x.is_float) {
+            r.is_float = true; r.i = 0; r.f = pow(x.f, e.f);
+        } else {
+            r.is_float = false; r.f = 0.0;
+            r.i = binary_int<i64>(4, x.i, e.is_float ? (i64)e.f : e.i);
+        }
+        st_any(y, dt_a, i, r);
+    }
+}
+
+// ---------------------------------------------------------------- Where, Clip, Cast
+
+template <typename W>
+__device__ void where_kernel(Strided s, const u8* c, const W* x, const W* z, W* y) {
+    for (i64 i = thread_index(); i < s.numel; i += grid_stride()) {
+        i64 oc, ox, oz;
+        offsets3(s, i, oc, ox, oz);
+        y[i] = c[oc] ? x[ox] : z[oz];
+    }
+}
+
+// Bounds arrive as doubles with presence flags (an absent bound clips nothing).
+template <typename T>
+__device__ void clip_kernel(i64 n, int has_lo, int has_hi, double lo, double hi, const T* x, T* y) {
+    typedef typename Num<T>::C C;
+    const C l = has_lo ? (C)lo : (C)0, h = has_hi ? (C)hi : (C)0;
+    for (i64 i = thread_index(); i < n; i += grid_stride()) {
+        C v = ld(x, i);
+        if (v == v) {
+            if (has_lo && v < l) v = l;
+            if (has_hi && v > h) v = h;
+        }
+        st(y, i, v);
+    }
+}
+
+extern "C" __global__ void cast(i64 n, int from, int to, const void* x, void* y) {
+    for (i64 i = thread_index(); i < n; i += grid_stride()) {
+        st_any(y, to, i, ld_any(x, from, i));
+    }
+}
+
+// ---------------------------------------------------------------- instantiations
+
+#define FLOAT_TYPES(X) X(f32, float) X(f64, double) X(f16, f16) X(bf16, bf16)
+#define INT_TYPES(X) X(i8, i8) X(u8, u8) X(i16, i16) X(u16, u16) X(i32, int) X(u32, u32) X(i64, i64) X(u64, u64)
+
+#define FLOAT_KERNELS(name, T) \
+    extern "C" __global__ void unary_float_##name(UnaryArgs p, const T* x, T* y) { unary_float_kernel<T>(p, x, y); } \
+    extern "C" __global__ void float_test_##name(UnaryArgs p, const T* x, u8* y) { float_test_kernel<T>(p, x, y); } \
+    extern "C" __global__ void binary_##name(Strided s, int op, const T* a, const T* b, T* y) { binary_kernel<T, true>(s, op, a, b, y); } \
+    extern "C" __global__ void compare_##name(Strided s, int op, const T* a, const T* b, u8* y) { compare_kernel<T>(s, op, a, b, y); } \
+    extern "C" __global__ void clip_##name(i64 n, int has_lo, int has_hi, double lo, double hi, const T* x, T* y) { clip_kernel<T>(n, has_lo, has_hi, lo, hi, x, y); }
+
+#define INT_KERNELS(name, T) \
+    extern "C" __global__ void unary_int_##name(UnaryArgs p, const T* x, T* y) { unary_int_kernel<T>(p, x, y); } \
+    extern "C" __global__ void binary_##name(Strided s, int op, const T* a, const T* b, T* y) { binary_kernel<T, false>(s, op, a, b, y); } \
+    extern "C" __global__ void compare_##name(Strided s, int op, const T* a, const T* b, u8* y) { compare_kernel<T>(s, op, a, b, y); } \
+    extern "C" __global__ void clip_##name(i64 n, int has_lo, int has_hi, double lo, double hi, const T* x, T* y) { clip_kernel<T>(n, has_lo, has_hi, lo, hi, x, y); }
+
+FLOAT_TYPES(FLOAT_KERNELS)
+INT_TYPES(INT_KERNELS)
+INT_KERNELS(bool, u8)
+
+// Broadcasts `x` into `y` (strides in `s.a`), by element width: Gemm's C input, Expand-like fills.
+template <typename W>
+__device__ void broadcast_kernel(Strided s, const W* x, W* y) {
+    for (i64 i = thread_index(); i < s.numel; i += grid_stride()) {
+        i64 oa, ob, oc;
+        offsets3(s, i, oa, ob, oc);
+        y[i] = x[oa];
+    }
+}
+
+#define WHERE_KERNEL(name, W) \
+    extern "C" __global__ void broadcast_##name(Strided s, const W* x, W* y) { broadcast_kernel<W>(s, x, y); } \
+    extern "C" __global__ void where_##name(Strided s, const u8* c, const W* x, const W* z, W* y) { where_kernel<W>(s, c, x, z, y); }
+WHERE_KERNEL(w1, u8)
+WHERE_KERNEL(w2, u16)
+WHERE_KERNEL(w4, u32)
+WHERE_KERNEL(w8, u64)

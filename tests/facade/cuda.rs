@@ -1,0 +1,307 @@
+//! The CUDA backend on a real GPU (run on the H200; see BENCHMARKS.md).
+//!
+//! Without a GPU, every test that needs one prints why and returns; set
+//! `ONYX_REQUIRE_CUDA=1` to make a missing GPU a failure instead.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::*;
+use onyx::core::ep::ExecutionProvider;
+use onyx::{DType, Tensor, Value};
+use onyx_cuda::{CudaOptions, CudaProvider};
+
+fn gpu() -> Option<Arc<CudaProvider>> {
+    match CudaProvider::new(CudaOptions::default()) {
+        Ok(p) => Some(Arc::new(p)),
+        Err(e) if std::env::var_os("ONYX_REQUIRE_CUDA").is_some() => {
+            panic!("ONYX_REQUIRE_CUDA is set but no CUDA device opened: {e}")
+        }
+        Err(e) => {
+            eprintln!("skipping: no CUDA device ({e})");
+            None
+        }
+    }
+}
+
+fn on(bytes: Vec<u8>, p: &Arc<CudaProvider>, release: bool) -> onyx::Session {
+    onyx::Session::builder()
+        .with_provider(p.clone())
+        .with_strict(true)
+        .with_release_dead_values(release)
+        .commit_from_bytes(bytes, None)
+        .unwrap()
+}
+
+fn f32_out(o: &onyx::RunOutputs, name: &str) -> Vec<f32> {
+    let t = o.get(name).and_then(Value::as_tensor).unwrap();
+    t.to_f64_vec().unwrap().into_iter().map(|v| v as f32).collect()
+}
+
+/// Largest |a - b| / (1 + |b|) over two outputs.
+fn max_rel(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter().zip(b).map(|(x, y)| (x - y).abs() / (1.0 + y.abs())).fold(0.0, f32::max)
+}
+
+fn noise(shape: &[usize], seed: u32) -> Tensor {
+    f32s(shape, |i| {
+        let x = (i as u32).wrapping_mul(2_654_435_761).wrapping_add(seed.wrapping_mul(40_503));
+        ((x >> 8) % 2001) as f32 / 1000.0 - 1.0
+    })
+}
+
+#[test]
+fn a_cuda_device_that_is_not_there_falls_back_with_a_reason_or_fails_under_strict() {
+    let bytes = model(
+        graph(
+            vec![node("Relu", "relu", &["x"], &["y"], vec![])],
+            vec![value("x", DType::F32, &[4])],
+            vec![value("y", DType::F32, &[4])],
+            vec![],
+        ),
+        17,
+    );
+    let s = onyx::Session::builder().with_device("cuda:7").commit_from_bytes(bytes.clone(), None);
+    let s = s.unwrap();
+    assert_eq!(s.device(), "cpu");
+    assert!(s.fallback().is_some_and(|r| !r.is_empty()));
+    let err = onyx::Session::builder()
+        .with_device("cuda:7")
+        .with_strict(true)
+        .commit_from_bytes(bytes, None)
+        .err()
+        .expect("strict mode refuses the fallback");
+    assert!(format!("{err:#}").contains("cuda:7"), "{err:#}");
+}
+
+#[test]
+fn elementwise_ops_match_the_cpu_in_f32_f16_and_bf16() {
+    let Some(p) = gpu() else { return };
+    let n = 4099; // not a multiple of 8: the vectorized paths' tails run too
+    let bytes = model(
+        graph(
+            vec![
+                node("Add", "add", &["a", "row"], &["sum"], vec![]),
+                node("Mul", "mul", &["a", "b"], &["prod"], vec![]),
+                node("Sigmoid", "sig", &["prod"], &["s"], vec![]),
+                node("Less", "less", &["a", "b"], &["lt"], vec![]),
+                node("Where", "where", &["lt", "a", "s"], &["w"], vec![]),
+                node("Cast", "to_h", &["a"], &["ah"], vec![("to", A::I(10))]),
+                node("Cast", "to_bh", &["b"], &["bh"], vec![("to", A::I(10))]),
+                node("Mul", "mul_h", &["ah", "bh"], &["ph"], vec![]),
+                node("Cast", "from_h", &["ph"], &["prod_h"], vec![("to", A::I(1))]),
+                node("Cast", "to_bf", &["a"], &["abf"], vec![("to", A::I(16))]),
+                node("Cast", "to_bbf", &["b"], &["bbf"], vec![("to", A::I(16))]),
+                node("Sub", "sub_bf", &["abf", "bbf"], &["dbf"], vec![]),
+                node("Cast", "from_bf", &["dbf"], &["diff_bf"], vec![("to", A::I(1))]),
+                node("Erf", "erf", &["a"], &["e"], vec![]),
+            ],
+            vec![
+                value("a", DType::F32, &[1, n as i64]),
+                value("b", DType::F32, &[1, n as i64]),
+                value("row", DType::F32, &[3, 1]),
+            ],
+            vec![
+                value("sum", DType::F32, &[3, n as i64]),
+                value("w", DType::F32, &[1, n as i64]),
+                value("prod_h", DType::F32, &[1, n as i64]),
+                value("diff_bf", DType::F32, &[1, n as i64]),
+                value("e", DType::F32, &[1, n as i64]),
+            ],
+            vec![],
+        ),
+        17,
+    );
+    let inputs = || {
+        vec![
+            ("a", Value::Tensor(noise(&[1, n], 1))),
+            ("b", Value::Tensor(noise(&[1, n], 2))),
+            ("row", Value::Tensor(noise(&[3, 1], 3))),
+        ]
+    };
+    let want = session(bytes.clone(), true).run(inputs()).unwrap();
+    let got = on(bytes, &p, true).run(inputs()).unwrap();
+    for (name, tol) in
+        [("sum", 1e-6), ("w", 1e-6), ("e", 1e-6), ("prod_h", 1e-3), ("diff_bf", 1e-2)]
+    {
+        let err = max_rel(&f32_out(&got, name), &f32_out(&want, name));
+        assert!(err <= tol, "{name}: {err} > {tol}");
+    }
+}
+
+#[test]
+fn matmul_and_gemm_match_the_cpu_in_f32_f16_and_bf16() {
+    let Some(p) = gpu() else { return };
+    let bytes = model(
+        graph(
+            vec![
+                node("MatMul", "weights", &["x", "w"], &["xw"], vec![]),
+                node("MatMul", "batched", &["q", "k"], &["qk"], vec![]),
+                node("MatMul", "mixed", &["m1", "m2"], &["mm"], vec![]),
+                node(
+                    "Gemm",
+                    "gemm",
+                    &["ga", "gb", "gc"],
+                    &["g"],
+                    vec![
+                        ("transA", A::I(1)),
+                        ("transB", A::I(1)),
+                        ("alpha", A::F(0.5)),
+                        ("beta", A::F(2.0)),
+                    ],
+                ),
+                node("Cast", "xh", &["x"], &["x16"], vec![("to", A::I(10))]),
+                node("Cast", "wh", &["w"], &["w16"], vec![("to", A::I(10))]),
+                node("MatMul", "half", &["x16", "w16"], &["xw16"], vec![]),
+                node("Cast", "back16", &["xw16"], &["xw_h"], vec![("to", A::I(1))]),
+                node("Cast", "xb", &["x"], &["xbf"], vec![("to", A::I(16))]),
+                node("Cast", "wb", &["w"], &["wbf"], vec![("to", A::I(16))]),
+                node("MatMul", "bf", &["xbf", "wbf"], &["xwbf"], vec![]),
+                node("Cast", "backbf", &["xwbf"], &["xw_bf"], vec![("to", A::I(1))]),
+            ],
+            vec![
+                value("x", DType::F32, &[2, 3, 64, 96]),
+                value("w", DType::F32, &[96, 48]),
+                value("q", DType::F32, &[4, 33, 16]),
+                value("k", DType::F32, &[4, 16, 35]),
+                value("m1", DType::F32, &[2, 1, 8, 4]),
+                value("m2", DType::F32, &[1, 3, 4, 5]),
+                value("ga", DType::F32, &[7, 5]),
+                value("gb", DType::F32, &[9, 7]),
+                value("gc", DType::F32, &[9]),
+            ],
+            vec![
+                value("xw", DType::F32, &[2, 3, 64, 48]),
+                value("qk", DType::F32, &[4, 33, 35]),
+                value("mm", DType::F32, &[2, 3, 8, 5]),
+                value("g", DType::F32, &[5, 9]),
+                value("xw_h", DType::F32, &[2, 3, 64, 48]),
+                value("xw_bf", DType::F32, &[2, 3, 64, 48]),
+            ],
+            vec![],
+        ),
+        17,
+    );
+    let shapes: [(&str, &[usize]); 9] = [
+        ("x", &[2, 3, 64, 96]),
+        ("w", &[96, 48]),
+        ("q", &[4, 33, 16]),
+        ("k", &[4, 16, 35]),
+        ("m1", &[2, 1, 8, 4]),
+        ("m2", &[1, 3, 4, 5]),
+        ("ga", &[7, 5]),
+        ("gb", &[9, 7]),
+        ("gc", &[9]),
+    ];
+    let inputs = || -> Vec<(&str, Value)> {
+        shapes
+            .iter()
+            .enumerate()
+            .map(|(i, (n, s))| (*n, Value::Tensor(noise(s, i as u32))))
+            .collect()
+    };
+    let want = session(bytes.clone(), true).run(inputs()).unwrap();
+    let got = on(bytes, &p, true).run(inputs()).unwrap();
+    let exact = f32_out(&want, "xw");
+    for (name, reference, tol) in [
+        ("xw", "xw", 1e-5),
+        ("qk", "qk", 1e-5),
+        ("mm", "mm", 1e-5),
+        ("g", "g", 1e-5),
+        ("xw_h", "xw", 2e-2),
+        ("xw_bf", "xw", 6e-2),
+    ] {
+        let err = max_rel(&f32_out(&got, name), &f32_out(&want, reference));
+        assert!(err <= tol, "{name}: {err} > {tol}");
+    }
+    assert!(!exact.is_empty());
+}
+
+/// A chain of `steps` unary ops over a `mib`-MiB tensor: the live set is two
+/// buffers (input and output of the running step), without release it is all of them.
+fn chain(steps: usize, mib: usize) -> (Vec<u8>, Vec<usize>) {
+    let n = mib << 18; // f32 elements
+    let names: Vec<String> = (0..=steps).map(|i| format!("t{i}")).collect();
+    let nodes = (0..steps)
+        .map(|i| {
+            let op = if i % 2 == 0 { "Neg" } else { "Relu" };
+            node(op, &format!("step{i}"), &[&names[i]], &[&names[i + 1]], vec![])
+        })
+        .collect();
+    let bytes = model(
+        graph(
+            nodes,
+            vec![value("t0", DType::F32, &[n as i64])],
+            vec![value(&names[steps], DType::F32, &[n as i64])],
+            vec![],
+        ),
+        17,
+    );
+    (bytes, vec![n])
+}
+
+#[test]
+fn release_at_last_use_frees_device_memory_as_the_plan_says() {
+    let Some(p) = gpu() else { return };
+    const MIB: u64 = 1 << 20;
+    let (steps, mib) = (12usize, 64usize);
+    let (bytes, shape) = chain(steps, mib);
+    let input = || vec![("t0", Value::Tensor(noise(&shape, 9)))];
+    for release in [true, false] {
+        // Nothing cached: the device's free memory starts from the same point.
+        p.trim().unwrap();
+        p.reset_driver_peaks().unwrap();
+        let before = p.driver_memory().unwrap();
+        let s = on(bytes.clone(), &p, release);
+        let o = s.run(input()).unwrap();
+        let after = p.driver_memory().unwrap();
+        let m = &o.memory;
+        // The driver's own high-water mark of live allocations in the pool.
+        let used_high = after.pool_used_high;
+        // Device memory the pool took from the GPU and still caches (cuMemGetInfo).
+        let taken = before.device_free.saturating_sub(after.device_free);
+        eprintln!(
+            "release {release}: plan bound {} MiB, no-release {} MiB, provider peak {} MiB, \
+             driver used-high {} MiB, reserved-high {} MiB, cuMemGetInfo drop {} MiB",
+            m.live_set_bound_bytes / MIB,
+            m.no_release_bytes / MIB,
+            m.peak_bytes / MIB,
+            used_high / MIB,
+            after.pool_reserved_high / MIB,
+            taken / MIB
+        );
+        let buffer = (mib as u64) * MIB;
+        if release {
+            assert_eq!(m.peak_bytes, m.live_set_bound_bytes);
+            assert!(m.live_set_bound_bytes <= 3 * buffer, "{}", m.live_set_bound_bytes);
+            assert!(used_high <= m.live_set_bound_bytes + 4 * MIB, "driver used {used_high}");
+            assert!(taken <= m.live_set_bound_bytes + 64 * MIB, "device gave {taken}");
+        } else {
+            assert_eq!(m.peak_bytes, m.no_release_bytes);
+            assert!(m.no_release_bytes >= (steps as u64 + 1) * buffer);
+            assert!(used_high >= m.no_release_bytes, "driver used {used_high}");
+            assert!(taken >= m.no_release_bytes, "device gave only {taken}");
+        }
+        drop(o);
+        drop(s);
+        // Everything goes back: the pool holds nothing once the session is gone.
+        let end = p.driver_memory().unwrap();
+        assert_eq!(end.pool_used, 0, "live bytes after the session: {}", end.pool_used);
+        assert_eq!(p.memory_stats().in_use_bytes, 0);
+    }
+}
+
+#[test]
+fn buffers_are_checked_and_a_double_free_is_an_error() {
+    let Some(p) = gpu() else { return };
+    let b = p.allocate(1000, 4).unwrap();
+    p.upload(b, &[7u8; 1000]).unwrap();
+    let back = pollster::block_on(p.download(b, 1000)).unwrap();
+    assert_eq!(back, vec![7u8; 1000]);
+    assert!(p.upload(b, &[0u8; 1001]).is_err(), "an upload past the end is refused");
+    p.deallocate(b).unwrap();
+    assert!(p.deallocate(b).is_err(), "a second free is an error");
+    assert_eq!(p.memory_stats().in_use_bytes, 0);
+}

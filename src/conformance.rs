@@ -25,7 +25,12 @@ impl SessionRuntime {
     /// [`Error::BadDevice`] or, in strict mode, [`Error::DeviceUnavailable`].
     pub fn new(device: &str, strict: bool) -> crate::Result<Self> {
         let requested: crate::Device = device.parse()?;
-        let resolved = crate::device::resolve(requested, strict, onyx_cpu::CpuOptions::default())?;
+        let resolved = crate::device::resolve(
+            requested,
+            strict,
+            onyx_cpu::CpuOptions::default(),
+            crate::device::GpuOptions::default(),
+        )?;
         Ok(SessionRuntime { device: device.to_string(), strict, provider: resolved.provider })
     }
 }

@@ -91,11 +91,20 @@ fn open_wgpu(_: Option<u32>) -> Result<Arc<dyn ExecutionProvider>, String> {
     Err("this build of Onyx has no wgpu backend (build with --features wgpu)".into())
 }
 
+/// Settings for GPU providers.
+#[derive(Copy, Clone, Debug, Default)]
+pub struct GpuOptions {
+    /// Let f32 matrix products use TF32 tensor cores (CUDA; about 10 bits of
+    /// mantissa in the products, as PyTorch's `allow_tf32`).
+    pub allow_tf32: bool,
+}
+
 /// Opens a CUDA device, or says why not (no driver, no such ordinal, no libraries).
 #[cfg(feature = "cuda")]
-fn open_cuda(ordinal: Option<u32>) -> Result<Arc<dyn ExecutionProvider>, String> {
+fn open_cuda(ordinal: Option<u32>, gpu: GpuOptions) -> Result<Arc<dyn ExecutionProvider>, String> {
     let p = onyx_cuda::CudaProvider::new(onyx_cuda::CudaOptions {
         ordinal: ordinal.unwrap_or(0),
+        allow_tf32: gpu.allow_tf32,
         ..Default::default()
     })
     .map_err(|e| e.to_string())?;
@@ -111,7 +120,7 @@ fn open_cuda(ordinal: Option<u32>) -> Result<Arc<dyn ExecutionProvider>, String>
 }
 
 #[cfg(not(feature = "cuda"))]
-fn open_cuda(_: Option<u32>) -> Result<Arc<dyn ExecutionProvider>, String> {
+fn open_cuda(_: Option<u32>, _: GpuOptions) -> Result<Arc<dyn ExecutionProvider>, String> {
     Err("this build of Onyx has no CUDA backend (build with --features cuda)".into())
 }
 
@@ -151,7 +160,7 @@ fn describe_cuda(ordinal: Option<u32>) -> Result<String, String> {
 
 #[cfg(not(feature = "cuda"))]
 fn describe_cuda(ordinal: Option<u32>) -> Result<String, String> {
-    open_cuda(ordinal).map(|_| String::new())
+    open_cuda(ordinal, GpuOptions::default()).map(|_| String::new())
 }
 
 /// A short description of a device: what `onyx info --device D` prints.
@@ -176,14 +185,19 @@ pub fn describe(requested: Device) -> Result<String, Error> {
 ///
 /// # Errors
 /// [`Error::DeviceUnavailable`] in strict mode.
-pub fn resolve(requested: Device, strict: bool, cpu: CpuOptions) -> Result<Resolved, Error> {
+pub fn resolve(
+    requested: Device,
+    strict: bool,
+    cpu: CpuOptions,
+    gpu: GpuOptions,
+) -> Result<Resolved, Error> {
     let unavailable = match requested {
         Device::Cpu => None,
         Device::Wgpu(n) => match open_wgpu(n) {
             Ok(provider) => return Ok(Resolved { requested, provider, fallback: None }),
             Err(reason) => Some(reason),
         },
-        Device::Cuda(n) => match open_cuda(n) {
+        Device::Cuda(n) => match open_cuda(n, gpu) {
             Ok(provider) => return Ok(Resolved { requested, provider, fallback: None }),
             Err(reason) => Some(reason),
         },
@@ -218,10 +232,10 @@ mod tests {
 
     #[test]
     fn a_missing_device_falls_back_to_cpu_unless_strict() {
-        let r = resolve(Device::Cuda(Some(7)), false, CpuOptions::default()).unwrap();
+        let r = resolve(Device::Cuda(Some(7)), false, CpuOptions::default(), GpuOptions::default()).unwrap();
         assert_eq!(r.provider.name(), "cpu");
         assert!(r.fallback.is_some());
-        let err = resolve(Device::Cuda(Some(7)), true, CpuOptions::default()).err().unwrap();
+        let err = resolve(Device::Cuda(Some(7)), true, CpuOptions::default(), GpuOptions::default()).err().unwrap();
         assert!(err.to_string().contains("cuda:7"), "{err}");
     }
 }

@@ -32,6 +32,8 @@ pub struct SessionBuilder {
     memory_limit: Option<u64>,
     progress: Option<Progress>,
     provider: Option<Arc<dyn ExecutionProvider>>,
+    gpu: device::GpuOptions,
+    timeline: bool,
 }
 
 impl Default for SessionBuilder {
@@ -44,6 +46,8 @@ impl Default for SessionBuilder {
             memory_limit: None,
             progress: None,
             provider: None,
+            gpu: device::GpuOptions::default(),
+            timeline: true,
         }
     }
 }
@@ -70,6 +74,21 @@ impl SessionBuilder {
     /// Worker threads for CPU kernels (default: all cores).
     pub fn with_threads(mut self, threads: usize) -> Self {
         self.threads = Some(threads);
+        self
+    }
+
+    /// Let f32 matrix products on CUDA use TF32 tensor cores (default off:
+    /// f32 results then match the CPU to f32 rounding).
+    pub fn with_allow_tf32(mut self, allow: bool) -> Self {
+        self.gpu.allow_tf32 = allow;
+        self
+    }
+
+    /// Read every provider's bytes in use after each step for
+    /// [`MemoryReport::timeline`]'s measured figures (default on). Off saves a
+    /// statistics read per node, for latency benchmarks.
+    pub fn with_memory_timeline(mut self, measure: bool) -> Self {
+        self.timeline = measure;
         self
     }
 
@@ -131,7 +150,7 @@ impl SessionBuilder {
         }
         let resolved = match self.provider {
             Some(provider) => device::Resolved { requested, provider, fallback: None },
-            None => device::resolve(requested, self.strict, cpu.clone())?,
+            None => device::resolve(requested, self.strict, cpu.clone(), self.gpu)?,
         };
         // The primary device first; the CPU after it for nodes the device cannot run.
         let mut providers = vec![resolved.provider];
@@ -173,6 +192,7 @@ impl SessionBuilder {
             model,
             path,
             release: self.release,
+            timeline: self.timeline,
             device: device_name,
             requested: requested.to_string(),
             fallback: resolved.fallback,
@@ -201,6 +221,7 @@ pub struct Session {
     model: Model,
     path: Option<PathBuf>,
     release: bool,
+    timeline: bool,
     device: String,
     requested: String,
     fallback: Option<String>,
@@ -246,7 +267,7 @@ pub struct DeviceMemory {
 
 /// Memory figures of one run. The top-level figures are the primary device's;
 /// `devices` has one entry per provider (the primary, then any CPU fallback).
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
 pub struct MemoryReport {
     /// Peak bytes in use on the primary device during the run (provider accounting).
     pub peak_bytes: u64,
@@ -266,7 +287,7 @@ pub struct MemoryReport {
 }
 
 /// One point of [`MemoryReport::timeline`].
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
 pub struct TimelineStep {
     /// `inputs`, a node name, or `outputs`.
     pub step: String,
@@ -277,6 +298,15 @@ pub struct TimelineStep {
     /// Bytes the providers really held at this point (their own accounting);
     /// `None` for the output hand-over, which the executor does not measure.
     pub measured_bytes: Option<u64>,
+    /// The step's wall time in milliseconds, device work included (from
+    /// [`Session::run_profiled`]; `None` otherwise and for `inputs`/`outputs`).
+    pub ms: Option<f64>,
+}
+
+/// Milliseconds since the first call: the clock of profiled runs.
+fn now_ms() -> f64 {
+    static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    START.get_or_init(Instant::now).elapsed().as_secs_f64() * 1e3
 }
 
 /// The result of [`Session::run`].
@@ -390,12 +420,30 @@ impl Session {
     {
         let inputs: Vec<(String, Value)> = inputs.into_iter().map(|(n, v)| (n.into(), v)).collect();
         match &self.pool {
-            Some(pool) => pool.install(|| self.run_inner(inputs)),
-            None => self.run_inner(inputs),
+            Some(pool) => pool.install(|| self.run_inner(inputs, false)),
+            None => self.run_inner(inputs, false),
         }
     }
 
-    fn run_inner(&self, inputs: Vec<(String, Value)>) -> Result<RunOutputs> {
+    /// Runs like [`run`](Self::run), synchronizing every device after each
+    /// step to time it: [`TimelineStep::ms`] then holds each node's wall time,
+    /// its device work included. Slower than `run`; use it to see where time goes.
+    ///
+    /// # Errors
+    /// As [`run`](Self::run).
+    pub fn run_profiled<I, S>(&self, inputs: I) -> Result<RunOutputs>
+    where
+        I: IntoIterator<Item = (S, Value)>,
+        S: Into<String>,
+    {
+        let inputs: Vec<(String, Value)> = inputs.into_iter().map(|(n, v)| (n.into(), v)).collect();
+        match &self.pool {
+            Some(pool) => pool.install(|| self.run_inner(inputs, true)),
+            None => self.run_inner(inputs, true),
+        }
+    }
+
+    fn run_inner(&self, inputs: Vec<(String, Value)>, profile: bool) -> Result<RunOutputs> {
         let start = Instant::now();
         let g = &self.model.graph;
         let mut by_name: HashMap<String, Value> = HashMap::new();
@@ -417,8 +465,11 @@ impl Session {
                 reason: "not provided".into(),
             })?);
         }
-        let opts =
-            RunOptions { release_dead_values: self.release, measure_timeline: true, clock: None };
+        let opts = RunOptions {
+            release_dead_values: self.release,
+            measure_timeline: self.timeline,
+            clock: profile.then_some(now_ms as fn() -> f64),
+        };
         let refs = self.providers();
         let ran = pollster::block_on(exec::run_on_host(&self.program, &refs, &ordered, opts))
             .map_err(|source| Error::Run { device: self.device.clone(), source })?;
@@ -462,6 +513,7 @@ impl Session {
                         live_bytes: p.live_bytes,
                         allocated_bytes: p.allocated_bytes,
                         measured_bytes: p.measured_bytes,
+                        ms: p.ms,
                     })
                     .collect(),
             },

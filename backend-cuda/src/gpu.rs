@@ -13,6 +13,9 @@ use onyx_kernels::Kernel;
 
 use crate::compile;
 
+/// Bytes of cuBLAS workspace per provider.
+pub(crate) const BLAS_WORKSPACE: usize = 32 << 20;
+
 /// Threads per block for the grid-stride kernels.
 pub(crate) const BLOCK: u32 = 256;
 
@@ -76,8 +79,13 @@ pub(crate) struct Gpu {
     pub sms: u32,
     pub allow_tf32: bool,
     pub blas: CudaBlas,
+    /// cuBLAS's workspace (Hopper kernels want 32 MiB), outside the pool so
+    /// the pool's figures stay the model's own.
+    _blas_workspace: cudarc::driver::CudaSlice<u8>,
     modules: Mutex<HashMap<Kernel, Arc<CudaModule>>>,
     functions: Mutex<HashMap<(Kernel, &'static str), CudaFunction>>,
+    /// Addresses of the `onyx_fault` words of loaded modules that raise faults.
+    faults: Mutex<Vec<u64>>,
 }
 
 impl Gpu {
@@ -96,6 +104,21 @@ impl Gpu {
         let pool = Pool::new(ctx.cu_device(), release_threshold)?;
         let blas = CudaBlas::new(stream.clone())
             .map_err(|e| EpError::Device(format!("creating a cuBLAS handle: {e:?}")))?;
+        // SAFETY: the workspace is scratch for cuBLAS; its contents never matter.
+        let workspace = unsafe { stream.alloc::<u8>(BLAS_WORKSPACE) }
+            .map_err(device_err("allocating the cuBLAS workspace"))?;
+        let ptr = cudarc::driver::DevicePtr::device_ptr(&workspace, &stream).0;
+        // SAFETY: the handle is live and the workspace outlives it (both are
+        // fields of this struct; the handle is dropped first, declared first).
+        unsafe {
+            cudarc::cublas::sys::cublasSetWorkspace_v2(
+                *blas.handle(),
+                ptr as *mut std::ffi::c_void,
+                BLAS_WORKSPACE,
+            )
+        }
+        .result()
+        .map_err(|e| EpError::Device(format!("setting the cuBLAS workspace: {e:?}")))?;
         Ok(Gpu {
             ctx,
             stream,
@@ -104,8 +127,10 @@ impl Gpu {
             sms,
             allow_tf32,
             blas,
+            _blas_workspace: workspace,
             modules: Mutex::new(HashMap::new()),
             functions: Mutex::new(HashMap::new()),
+            faults: Mutex::new(Vec::new()),
         })
     }
 
@@ -126,6 +151,13 @@ impl Gpu {
                         .ctx
                         .load_module(cudarc::nvrtc::Ptx::from_binary(cubin))
                         .map_err(device_err(kernel.file()))?;
+                    if kernel.source().contains("raise_fault(") {
+                        let word = m
+                            .get_global("onyx_fault", &self.stream)
+                            .map_err(device_err("finding a module's fault word"))?;
+                        let ptr = cudarc::driver::DevicePtr::device_ptr(&word, &self.stream).0;
+                        self.faults.lock().unwrap_or_else(|p| p.into_inner()).push(ptr);
+                    }
                     mods.insert(kernel, m.clone());
                     m
                 }
@@ -136,6 +168,35 @@ impl Gpu {
             .map_err(|e| EpError::Device(format!("{} has no kernel {name}: {e}", kernel.file())))?;
         fns.insert((kernel, name), f.clone());
         Ok(f)
+    }
+
+    /// Waits for the stream, then reads and clears every module's fault word.
+    ///
+    /// # Errors
+    /// [`EpError::Kernel`] when a kernel found bad data since the last check;
+    /// [`EpError::Device`] for a driver failure.
+    pub fn synchronize_and_check(&self) -> Result<(), EpError> {
+        self.stream.synchronize().map_err(device_err("synchronizing"))?;
+        self.ctx.check_err().map_err(device_err("a CUDA call failed"))?;
+        let faults = self.faults.lock().unwrap_or_else(|p| p.into_inner());
+        let mut raised = 0u32;
+        for &ptr in faults.iter() {
+            let mut word = [0u32; 1];
+            // SAFETY: `ptr` is a live module global of 4 bytes (the module is
+            // kept in `modules` for the provider's life); the stream is idle.
+            unsafe {
+                drv::memcpy_dtoh_sync(&mut word, ptr)
+                    .and_then(|()| drv::memset_d8_sync(ptr, 0, 4))
+                    .map_err(device_err("reading a fault word"))?;
+            }
+            raised |= word[0];
+        }
+        if raised & 1 != 0 {
+            return Err(EpError::Kernel(
+                "a gather index was out of range on the GPU; the run's results are invalid".into(),
+            ));
+        }
+        Ok(())
     }
 
     /// A grid for a grid-stride loop over `n` items: enough blocks to fill the

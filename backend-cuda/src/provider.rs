@@ -194,11 +194,6 @@ impl CudaProvider {
             })
             .collect()
     }
-
-    /// Surfaces an asynchronous kernel fault (illegal address and the like).
-    fn check(&self) -> Result<(), EpError> {
-        self.gpu.ctx.check_err().map_err(device_err("a CUDA call failed"))
-    }
 }
 
 impl ExecutionProvider for CudaProvider {
@@ -278,14 +273,12 @@ impl ExecutionProvider for CudaProvider {
             return Ok(());
         }
         self.gpu.ctx.bind_to_thread().map_err(device_err("binding the CUDA context"))?;
-        // SAFETY: `ptr` holds at least `data.len()` bytes (checked above). The
-        // copy is synchronous with respect to `data` (pageable host memory), so
-        // the host slice may be dropped when this returns.
+        // SAFETY: `ptr` holds at least `data.len()` bytes (checked above).
+        // `data` is pageable host memory, which the driver stages into pinned
+        // memory before the call returns, so the copy stays ordered on the
+        // stream without a synchronization and `data` may be dropped at once.
         unsafe { drv::memcpy_htod_async(ptr, data, self.gpu.stream.cu_stream()) }
-            .map_err(device_err("copying to the device"))?;
-        // Pageable copies return once the source is consumed, but the stream
-        // may still be staging it: wait, so `data` is never read after return.
-        self.gpu.stream.synchronize().map_err(device_err("copying to the device"))
+            .map_err(device_err("copying to the device"))
     }
 
     fn download(
@@ -309,8 +302,7 @@ impl ExecutionProvider for CudaProvider {
                 unsafe { drv::memcpy_dtoh_async(&mut out, ptr, self.gpu.stream.cu_stream()) }
                     .map_err(device_err("copying to the host"))?;
             }
-            self.gpu.stream.synchronize().map_err(device_err("copying to the host"))?;
-            self.check()?;
+            self.gpu.synchronize_and_check()?;
             Ok(out)
         })();
         Box::pin(std::future::ready(r))
@@ -368,19 +360,14 @@ impl ExecutionProvider for CudaProvider {
     }
 
     fn synchronize(&self) -> BoxFuture<'_, Result<(), EpError>> {
-        let r = self
-            .gpu
-            .stream
-            .synchronize()
-            .map_err(device_err("synchronizing"))
-            .and_then(|()| self.check());
+        let r = self.gpu.synchronize_and_check();
         Box::pin(std::future::ready(r))
     }
 
     fn memory_stats(&self) -> MemoryStats {
         let st = self.state();
         let reserved = self.gpu.pool.get(CUmemPool_attribute::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT);
-        MemoryStats { reserved_bytes: reserved, ..st.stats }
+        MemoryStats { reserved_bytes: reserved + crate::gpu::BLAS_WORKSPACE as u64, ..st.stats }
     }
 
     fn reset_peak(&self) {

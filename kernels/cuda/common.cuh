@@ -59,6 +59,13 @@ template <typename T> __device__ __forceinline__ T from_f32(float v) { return (T
 template <> __device__ __forceinline__ f16 from_f32<f16>(float v) { f16 h; h.bits = f32_to_f16(v); return h; }
 template <> __device__ __forceinline__ bf16 from_f32<bf16>(float v) { bf16 h; h.bits = f32_to_bf16(v); return h; }
 
+// A module's fault word: kernels that find bad data (an out-of-range gather
+// index) set a bit here and carry on without touching memory out of bounds;
+// the provider reads and clears it after synchronizing and fails the run.
+__device__ unsigned int onyx_fault;
+#define FAULT_INDEX 1u
+__device__ __forceinline__ void raise_fault(unsigned int bit) { atomicOr(&onyx_fault, bit); }
+
 // The flat index of one thread and the stride of a grid-stride loop.
 __device__ __forceinline__ i64 thread_index() {
     return (i64)blockIdx.x * blockDim.x + threadIdx.x + (i64)blockIdx.y * gridDim.x * blockDim.x;
@@ -77,8 +84,24 @@ struct Strided {
     i64 c[MAX_RANK];
 };
 
-// Offsets of output element `i` in up to three strided inputs.
+// Offsets of output element `i` in up to three strided inputs. Tensors under
+// 2^31 elements (inputs are never larger than the output they broadcast to)
+// take 32-bit index arithmetic: 64-bit division is emulated and several times slower.
 __device__ __forceinline__ void offsets3(const Strided& s, i64 i, i64& oa, i64& ob, i64& oc) {
+    if (s.numel <= 0x7fffffffLL) {
+        u32 k = (u32)i, a = 0, b = 0, c = 0;
+        for (int d = s.rank - 1; d >= 0; --d) {
+            u32 n = (u32)s.dims[d];
+            u32 q = k / n;
+            u32 r = k - q * n;
+            a += r * (u32)s.a[d];
+            b += r * (u32)s.b[d];
+            c += r * (u32)s.c[d];
+            k = q;
+        }
+        oa = a; ob = b; oc = c;
+        return;
+    }
     oa = 0; ob = 0; oc = 0;
     for (int d = s.rank - 1; d >= 0; --d) {
         i64 n = s.dims[d];

@@ -131,8 +131,10 @@ __device__ __forceinline__ C binary_int(int op, C a, C b) {
     }
     case 5: { if (b == (C)0) return (C)0; C r = a % b; return (r != (C)0 && ((r < (C)0) != (b < (C)0))) ? r + b : r; }
     case 6: return b == (C)0 ? (C)0 : a % b;
-    case 7: return (b >= (C)(sizeof(C) * 8)) ? (C)0 : (C)(a << b);
-    case 8: return (b >= (C)(sizeof(C) * 8)) ? (C)0 : (C)(a >> b);
+    // Shift amounts are read as unsigned: a negative or too-large one shifts
+    // everything out (right shifts of signed values fill with the sign).
+    case 7: return ((u64)(i64)b >= sizeof(C) * 8) ? (C)0 : (C)(a << b);
+    case 8: return ((u64)(i64)b >= sizeof(C) * 8) ? (C)((a >> (sizeof(C) * 8 - 1)) >> 1) : (C)(a >> b);
     case 9: return a & b;
     case 10: return a | b;
     case 11: return a ^ b;
@@ -233,6 +235,43 @@ extern "C" __global__ void binary_vec8_bf16(i64 n, int op, const u16* a, const u
     binary_vec8_half<true>(n, op, a, b, y);
 }
 
+// One full operand (the output's shape) against one repeated along it: a
+// trailing part (mode 0/2: element i pairs with part[i % len], bias adds) or
+// one value per row of `len` elements (mode 1/3: part[i / len]). Modes 0/1
+// have the full operand first, 2/3 second. 16-byte loads of the full operand;
+// the host picks this path only when `len` is 1 (mode 0/2) or a multiple of
+// the lanes, so the lanes of one load share a row or walk the part in step.
+template <typename T>
+__device__ void binary_rep_kernel(i64 n, int op, i64 len, int mode, const T* a, const T* b, T* y) {
+    typedef typename Num<T>::C C;
+    constexpr int VEC = 16 / sizeof(T);
+    const T* full = mode < 2 ? a : b;
+    const T* part = mode < 2 ? b : a;
+    const bool by_row = mode & 1;
+    const bool full_first = mode < 2;
+    const i64 nv = n / VEC;
+    for (i64 v = thread_index(); v < nv; v += grid_stride()) {
+        const i64 i0 = v * VEC;
+        const i64 j0 = by_row ? i0 / len : (len == 1 ? 0 : i0 % len);
+        uint4 raw = ((const uint4*)full)[v];
+        uint4 res;
+        const T* f = (const T*)&raw;
+        T* o = (T*)&res;
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) {
+            const C x = ld(f, k);
+            const C z = ld(part, (by_row || len == 1) ? j0 : j0 + k);
+            st(o, k, full_first ? binary_float<C>(op, x, z) : binary_float<C>(op, z, x));
+        }
+        ((uint4*)y)[v] = res;
+    }
+    for (i64 i = nv * VEC + thread_index(); i < n; i += grid_stride()) {
+        const i64 j = by_row ? i / len : i % len;
+        const C x = ld(full, i), z = ld(part, j);
+        st(y, i, full_first ? binary_float<C>(op, x, z) : binary_float<C>(op, z, x));
+    }
+}
+
 // Pow with an exponent of another dtype, through double.
 extern "C" __global__ void pow_mixed(Strided s, int dt_a, int dt_b, const void* a, const void* b, void* y) {
     for (i64 i = thread_index(); i < s.numel; i += grid_stride()) {
@@ -292,7 +331,8 @@ extern "C" __global__ void cast(i64 n, int from, int to, const void* x, void* y)
     extern "C" __global__ void float_test_##name(UnaryArgs p, const T* x, u8* y) { float_test_kernel<T>(p, x, y); } \
     extern "C" __global__ void binary_##name(Strided s, int op, const T* a, const T* b, T* y) { binary_kernel<T, true>(s, op, a, b, y); } \
     extern "C" __global__ void compare_##name(Strided s, int op, const T* a, const T* b, u8* y) { compare_kernel<T>(s, op, a, b, y); } \
-    extern "C" __global__ void clip_##name(i64 n, int has_lo, int has_hi, double lo, double hi, const T* x, T* y) { clip_kernel<T>(n, has_lo, has_hi, lo, hi, x, y); }
+    extern "C" __global__ void clip_##name(i64 n, int has_lo, int has_hi, double lo, double hi, const T* x, T* y) { clip_kernel<T>(n, has_lo, has_hi, lo, hi, x, y); } \
+    extern "C" __global__ void binary_rep_##name(i64 n, int op, i64 len, int mode, const T* a, const T* b, T* y) { binary_rep_kernel<T>(n, op, len, mode, a, b, y); }
 
 #define INT_KERNELS(name, T) \
     extern "C" __global__ void unary_int_##name(UnaryArgs p, const T* x, T* y) { unary_int_kernel<T>(p, x, y); } \

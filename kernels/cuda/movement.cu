@@ -4,7 +4,8 @@
 // the host widens contiguous runs to 16-byte elements where it can. Each
 // kernel is a grid-stride loop over its output with 64-bit indexing, and
 // never reads or writes outside its tensors: an out-of-range gather index
-// (after adding the axis length to a negative one) writes zeros.
+// (after adding the axis length to a negative one) writes zeros and raises
+// FAULT_INDEX, which fails the run when the provider next synchronizes.
 #include "common.cuh"
 
 // The most dims the kernels here take (`MOVE_RANK` in movement.rs): a rank-8
@@ -26,7 +27,11 @@ template <> __device__ __forceinline__ uint4 from_bits<uint4>(u64 lo, u64 hi) {
 template <typename IDX> __device__ __forceinline__ i64 resolve_index(const IDX* idx, i64 k, i64 n) {
     i64 v = (i64)idx[k];
     if (v < 0) v += n;
-    return (v < 0 || v >= n) ? -1 : v;
+    if (v < 0 || v >= n) {
+        raise_fault(FAULT_INDEX);
+        return -1;
+    }
+    return v;
 }
 
 // ---------------------------------------------------------------- strided copy

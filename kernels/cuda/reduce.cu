@@ -1,4 +1,4 @@
-// Reductions over any set of axes (Reduce*, the global pools), ArgMax/ArgMin,
+// Reductions over any set of axes (Reduce*), ArgMax/ArgMin,
 // and the softmax family (Softmax, LogSoftmax, Hardmax).
 //
 // A reduction sees its input as kept dims × reduced dims (unit dims dropped,

@@ -7,7 +7,7 @@ use anyhow::{Context, Result, bail};
 use serde_json::json;
 
 use super::BenchArgs;
-use super::io::{inputs, open};
+use super::io::inputs;
 
 /// Order statistics of a set of timings, in milliseconds.
 #[derive(Debug, serde::Serialize)]
@@ -42,7 +42,7 @@ pub fn bench(a: BenchArgs) -> Result<ExitCode> {
         bail!("--runs must be at least 1");
     }
     let start = Instant::now();
-    let session = open(&a.model, &a.session, true)?;
+    let session = open_timed(&a.model, &a.session)?;
     let create = start.elapsed();
     let values = inputs(&session, &a.inputs, &a.session.dims, a.seed)?;
     let run_once = || -> Result<Duration> {
@@ -57,6 +57,12 @@ pub fn bench(a: BenchArgs) -> Result<ExitCode> {
     let times = (0..a.runs).map(|_| run_once()).collect::<Result<Vec<_>>>()?;
     let warm = Spread::of(&times);
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let profile = if a.profile {
+        let o = session.run_profiled(values.clone()).context("profiled run")?;
+        Some(Profile::of(&session, &o))
+    } else {
+        None
+    };
     if a.json {
         let report = json!({
             "model": a.model,
@@ -67,6 +73,7 @@ pub fn bench(a: BenchArgs) -> Result<ExitCode> {
             "warmup": a.warmup,
             "warm": warm,
             "kernels_per_device": session.kernels_per_device(),
+            "profile": profile,
         });
         println!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(ExitCode::SUCCESS);
@@ -79,7 +86,71 @@ pub fn bench(a: BenchArgs) -> Result<ExitCode> {
         "warm     median {:.3} ms  (min {:.3}, p10 {:.3}, p90 {:.3}, max {:.3}; {} runs after {} warm-up)",
         warm.median_ms, warm.min_ms, warm.p10_ms, warm.p90_ms, warm.max_ms, warm.runs, a.warmup
     );
+    if let Some(p) = profile {
+        println!("profile  {:.3} ms over {} nodes (synchronized after each)", p.total_ms, p.nodes);
+        for o in p.by_op.iter().take(15) {
+            println!(
+                "  {:<28} {:>5} nodes {:>9.3} ms {:>5.1}%",
+                o.op,
+                o.count,
+                o.ms,
+                o.share * 100.0
+            );
+        }
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Opens a session for timing: the per-step memory readings of the report are off.
+fn open_timed(model: &std::path::Path, args: &super::SessionArgs) -> Result<onyx::Session> {
+    super::io::open_with(model, args, true, |b| b.with_memory_timeline(false))
+}
+
+/// Time by op type in one profiled run.
+#[derive(Debug, serde::Serialize)]
+pub struct Profile {
+    pub total_ms: f64,
+    pub nodes: usize,
+    pub by_op: Vec<OpTime>,
+}
+
+/// One op type's share of a profiled run.
+#[derive(Debug, serde::Serialize)]
+pub struct OpTime {
+    pub op: String,
+    pub count: usize,
+    pub ms: f64,
+    pub share: f64,
+}
+
+impl Profile {
+    fn of(session: &onyx::Session, o: &onyx::RunOutputs) -> Profile {
+        let g = &session.model().graph;
+        let op_of: std::collections::HashMap<&str, &str> =
+            g.nodes.iter().map(|n| (n.name.as_str(), n.op_type.as_str())).collect();
+        let mut by: std::collections::BTreeMap<&str, (usize, f64)> = Default::default();
+        let mut nodes = 0;
+        for step in &o.memory.timeline {
+            let Some(ms) = step.ms else { continue };
+            let op = op_of.get(step.step.as_str()).copied().unwrap_or("?");
+            let e = by.entry(op).or_default();
+            e.0 += 1;
+            e.1 += ms;
+            nodes += 1;
+        }
+        let total_ms: f64 = by.values().map(|(_, ms)| ms).sum();
+        let mut by_op: Vec<OpTime> = by
+            .into_iter()
+            .map(|(op, (count, ms))| OpTime {
+                op: op.to_string(),
+                count,
+                ms,
+                share: if total_ms > 0.0 { ms / total_ms } else { 0.0 },
+            })
+            .collect();
+        by_op.sort_by(|a, b| b.ms.total_cmp(&a.ms));
+        Profile { total_ms, nodes, by_op }
+    }
 }
 
 #[cfg(test)]

@@ -15,6 +15,16 @@ use super::SessionArgs;
 
 /// Builds a session; shows a progress bar while uploading weights of large models.
 pub fn open(model: &Path, args: &SessionArgs, release: bool) -> Result<Session> {
+    open_with(model, args, release, |b| b)
+}
+
+/// [`open`] with extra builder settings.
+pub fn open_with(
+    model: &Path,
+    args: &SessionArgs,
+    release: bool,
+    extra: impl FnOnce(onyx::SessionBuilder) -> onyx::SessionBuilder,
+) -> Result<Session> {
     let size = std::fs::metadata(model).map(|m| m.len()).unwrap_or(0);
     let bar = (size > 32 << 20).then(|| {
         let bar = ProgressBar::new(0);
@@ -30,9 +40,13 @@ pub fn open(model: &Path, args: &SessionArgs, release: bool) -> Result<Session> 
         .with_device(&args.device)
         .with_strict(args.strict)
         .with_release_dead_values(release);
+    if args.allow_tf32 {
+        builder = builder.with_allow_tf32(true);
+    }
     if let Some(t) = args.threads {
         builder = builder.with_threads(t);
     }
+    builder = extra(builder);
     if let Some(bar) = bar.clone() {
         builder = builder.with_progress(Box::new(move |done, total| {
             bar.set_length(total);

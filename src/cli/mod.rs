@@ -46,6 +46,9 @@ pub struct SessionArgs {
     /// CPU worker threads (default: all cores).
     #[arg(long)]
     threads: Option<usize>,
+    /// Let f32 matrix products on CUDA use TF32 tensor cores.
+    #[arg(long)]
+    allow_tf32: bool,
 }
 
 #[derive(Args, Debug)]
@@ -86,6 +89,10 @@ struct BenchArgs {
     /// Timed runs.
     #[arg(long, default_value_t = 20)]
     runs: usize,
+    /// After the timed runs, one profiled run (devices synchronized after
+    /// every node): time by op type, and the slowest nodes.
+    #[arg(long)]
+    profile: bool,
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,

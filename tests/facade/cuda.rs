@@ -97,20 +97,35 @@ fn elementwise_ops_match_the_cpu_in_f32_f16_and_bf16() {
                 node("Sub", "sub_bf", &["abf", "bbf"], &["dbf"], vec![]),
                 node("Cast", "from_bf", &["dbf"], &["diff_bf"], vec![("to", A::I(1))]),
                 node("Erf", "erf", &["a"], &["e"], vec![]),
+                // Repeated operands: a bias (trailing part), one value per row, a scalar.
+                node("Add", "bias", &["m", "bias"], &["mb"], vec![]),
+                node("Mul", "rows", &["rowv", "m"], &["rm"], vec![]),
+                node("Div", "scalar", &["m", "two"], &["half"], vec![]),
+                node("Cast", "mh", &["m"], &["m16"], vec![("to", A::I(10))]),
+                node("Cast", "bh", &["bias"], &["bias16"], vec![("to", A::I(10))]),
+                node("Sub", "bias16", &["bias16", "m16"], &["d16"], vec![]),
+                node("Cast", "d32", &["d16"], &["bias_h"], vec![("to", A::I(1))]),
             ],
             vec![
                 value("a", DType::F32, &[1, n as i64]),
                 value("b", DType::F32, &[1, n as i64]),
                 value("row", DType::F32, &[3, 1]),
+                value("m", DType::F32, &[6, 64]),
+                value("bias", DType::F32, &[64]),
+                value("rowv", DType::F32, &[6, 1]),
             ],
             vec![
+                value("mb", DType::F32, &[6, 64]),
+                value("rm", DType::F32, &[6, 64]),
+                value("half", DType::F32, &[6, 64]),
+                value("bias_h", DType::F32, &[6, 64]),
                 value("sum", DType::F32, &[3, n as i64]),
                 value("w", DType::F32, &[1, n as i64]),
                 value("prod_h", DType::F32, &[1, n as i64]),
                 value("diff_bf", DType::F32, &[1, n as i64]),
                 value("e", DType::F32, &[1, n as i64]),
             ],
-            vec![],
+            vec![("two", f32s(&[], |_| 2.0))],
         ),
         17,
     );
@@ -119,13 +134,24 @@ fn elementwise_ops_match_the_cpu_in_f32_f16_and_bf16() {
             ("a", Value::Tensor(noise(&[1, n], 1))),
             ("b", Value::Tensor(noise(&[1, n], 2))),
             ("row", Value::Tensor(noise(&[3, 1], 3))),
+            ("m", Value::Tensor(noise(&[6, 64], 4))),
+            ("bias", Value::Tensor(noise(&[64], 5))),
+            ("rowv", Value::Tensor(noise(&[6, 1], 6))),
         ]
     };
     let want = session(bytes.clone(), true).run(inputs()).unwrap();
     let got = on(bytes, &p, true).run(inputs()).unwrap();
-    for (name, tol) in
-        [("sum", 1e-6), ("w", 1e-6), ("e", 1e-6), ("prod_h", 1e-3), ("diff_bf", 1e-2)]
-    {
+    for (name, tol) in [
+        ("sum", 1e-6),
+        ("w", 1e-6),
+        ("e", 1e-6),
+        ("prod_h", 1e-3),
+        ("diff_bf", 1e-2),
+        ("mb", 1e-6),
+        ("rm", 1e-6),
+        ("half", 1e-6),
+        ("bias_h", 1e-3),
+    ] {
         let err = max_rel(&f32_out(&got, name), &f32_out(&want, name));
         assert!(err <= tol, "{name}: {err} > {tol}");
     }
@@ -304,4 +330,120 @@ fn buffers_are_checked_and_a_double_free_is_an_error() {
     p.deallocate(b).unwrap();
     assert!(p.deallocate(b).is_err(), "a second free is an error");
     assert_eq!(p.memory_stats().in_use_bytes, 0);
+}
+
+#[test]
+fn an_out_of_range_gather_index_fails_the_run_and_the_next_run_is_clean() {
+    let Some(p) = gpu() else { return };
+    let bytes = model(
+        graph(
+            vec![node("Gather", "bad_gather", &["data", "idx"], &["y"], vec![("axis", A::I(0))])],
+            vec![value("data", DType::F32, &[3, 2]), value("idx", DType::I64, &[2])],
+            vec![value("y", DType::F32, &[2, 2])],
+            vec![],
+        ),
+        13,
+    );
+    let s = on(bytes, &p, true);
+    let run = |idx: Vec<i64>| {
+        s.run(vec![
+            ("data", Value::Tensor(f32s(&[3, 2], |i| i as f32))),
+            ("idx", Value::Tensor(Tensor::from_vec(vec![2], idx).unwrap())),
+        ])
+    };
+    let err = run(vec![0, 7]).err().expect("index 7 of 3 is an error");
+    let chain = onyx::conformance::chain(&err);
+    assert!(chain.contains("out of range"), "{chain}");
+    let o = run(vec![2, -3]).unwrap();
+    assert_eq!(f32_out(&o, "y"), vec![4.0, 5.0, 0.0, 1.0]);
+    assert_eq!(p.memory_stats().in_use_bytes, 0, "nothing leaks on the error path");
+}
+
+/// A model importing com.microsoft as well as the default domain.
+fn contrib_model(graph: onyx::core::onnx::pb::GraphProto) -> Vec<u8> {
+    use onyx::core::onnx::pb;
+    use prost::Message;
+    let opset = |d: &str, v| pb::OperatorSetIdProto { domain: Some(d.into()), version: Some(v) };
+    pb::ModelProto {
+        ir_version: Some(8),
+        opset_import: vec![opset("", 17), opset("com.microsoft", 1)],
+        graph: Some(graph),
+        ..Default::default()
+    }
+    .encode_to_vec()
+}
+
+#[test]
+fn skip_layer_norm_writes_float32_stats_for_a_bf16_input_as_declared() {
+    let Some(p) = gpu() else { return };
+    let (rows, h) = (6usize, 96usize);
+    let mut skip_node = node(
+        "SkipLayerNormalization",
+        "sln",
+        &["xb", "sb", "gb", "bb"],
+        &["yb", "mean", "inv"],
+        vec![],
+    );
+    skip_node.domain = Some("com.microsoft".into());
+    let cast = |name: &str, from: &str, to: &str, dt: i64| {
+        node("Cast", name, &[from], &[to], vec![("to", A::I(dt))])
+    };
+    let bytes = contrib_model(graph(
+        vec![
+            cast("cx", "x", "xb", 16),
+            cast("cs", "s", "sb", 16),
+            cast("cg", "g", "gb", 16),
+            cast("cb", "b", "bb", 16),
+            skip_node,
+            cast("cy", "yb", "y", 1),
+        ],
+        vec![
+            value("x", DType::F32, &[2, 3, h as i64]),
+            value("s", DType::F32, &[2, 3, h as i64]),
+            value("g", DType::F32, &[h as i64]),
+            value("b", DType::F32, &[h as i64]),
+        ],
+        vec![
+            value("y", DType::F32, &[2, 3, h as i64]),
+            value("mean", DType::F32, &[2, 3, 1]),
+            value("inv", DType::F32, &[2, 3, 1]),
+        ],
+        vec![],
+    ));
+    let (x, s, g, b) =
+        (noise(&[2, 3, h], 11), noise(&[2, 3, h], 12), noise(&[h], 13), noise(&[h], 14));
+    let s_ = on(bytes, &p, true);
+    let o = s_
+        .run(vec![
+            ("x", Value::Tensor(x.clone())),
+            ("s", Value::Tensor(s.clone())),
+            ("g", Value::Tensor(g.clone())),
+            ("b", Value::Tensor(b.clone())),
+        ])
+        .unwrap();
+    for name in ["mean", "inv"] {
+        assert_eq!(o.get(name).and_then(Value::as_tensor).unwrap().dtype(), DType::F32, "{name}");
+    }
+    // Reference in f64 from the bf16-rounded inputs.
+    let bf = |t: &Tensor| -> Vec<f64> {
+        t.to_vec::<f32>().unwrap().iter().map(|&v| half::bf16::from_f32(v).to_f64()).collect()
+    };
+    let (x, s, g, b) = (bf(&x), bf(&s), bf(&g), bf(&b));
+    let (mean, inv, y) = (f32_out(&o, "mean"), f32_out(&o, "inv"), f32_out(&o, "y"));
+    for r in 0..rows {
+        let row: Vec<f64> = (0..h).map(|i| x[r * h + i] + s[r * h + i]).collect();
+        let m = row.iter().sum::<f64>() / h as f64;
+        let var = row.iter().map(|v| (v - m) * (v - m)).sum::<f64>() / h as f64;
+        let iv = 1.0 / (var + 1e-12).sqrt();
+        assert!((mean[r] as f64 - m).abs() < 2e-2, "row {r}: mean {} vs {m}", mean[r]);
+        assert!((inv[r] as f64 - iv).abs() < 2e-2 * iv, "row {r}: inv {} vs {iv}", inv[r]);
+        for i in 0..h {
+            let want = (row[i] - m) * iv * g[i] + b[i];
+            let got = y[r * h + i] as f64;
+            assert!(
+                (got - want).abs() < 5e-2 * (1.0 + want.abs()),
+                "row {r} col {i}: {got} vs {want}"
+            );
+        }
+    }
 }

@@ -229,6 +229,25 @@ impl BinaryKernel {
             // SAFETY: matches `(i64 n, int op, const T*, const T*, T*)`; all hold n elements.
             return unsafe { args.launch(gpu, &f, gpu.grid((n as u64).div_ceil(lanes))) };
         }
+        if self.name.starts_with("binary") && is_float(self.dtype) {
+            let lanes = 16 / self.dtype.byte_size(1).unwrap_or(4);
+            if let Some((mode, len)) = repeat_pattern(out, sa, sb, lanes) {
+                let f = gpu.function(Kernel::Elementwise, entry("binary_rep", self.dtype)?)?;
+                let args = Args::new()
+                    .push(n)
+                    .push(self.code)
+                    .push(len as i64)
+                    .push(mode)
+                    .push(a)
+                    .push(b)
+                    .push(y);
+                // SAFETY: matches `binary_rep_T(i64, int, i64, int, const T*, const T*, T*)`;
+                // the full operand and y hold n elements, the other `n / len` or `len`.
+                return unsafe {
+                    args.launch(gpu, &f, gpu.grid((n as u64).div_ceil(lanes as u64)))
+                };
+            }
+        }
         let s = Strided::broadcast(out, &[sa, sb])?;
         let f = gpu.function(Kernel::Elementwise, self.name)?;
         let args = Args::new().push(s).push(self.code).push(a).push(b).push(y);
@@ -249,12 +268,51 @@ impl CudaKernel for BinaryKernel {
     }
 }
 
+/// How an operand repeats along an output of shape `out`: `Some((0, len))`
+/// when it is the output's trailing part of `len` elements (`len` 1 for a
+/// scalar), `Some((1, len))` when it holds one value per row of `len`.
+fn repetition(out: &[usize], part: &[usize]) -> Option<(i32, usize)> {
+    if part.len() > out.len() {
+        return None;
+    }
+    let pad = out.len() - part.len();
+    let p: Vec<usize> = std::iter::repeat_n(1, pad).chain(part.iter().copied()).collect();
+    let first = p.iter().position(|&d| d != 1).unwrap_or(p.len());
+    if p[first..] == out[first..] {
+        return Some((0, out[first..].iter().product()));
+    }
+    let last = p.iter().rposition(|&d| d != 1)?;
+    if p[..=last] == out[..=last] && p[last + 1..].iter().all(|&d| d == 1) {
+        return Some((1, out[last + 1..].iter().product()));
+    }
+    None
+}
+
+/// The `binary_rep` launch for `a op b` into `out`, when one operand has the
+/// output's shape and the other repeats along it in a way the kernel's
+/// `lanes`-wide loads can follow: `(mode, len)` as in elementwise.cu.
+fn repeat_pattern(out: &[usize], sa: &[usize], sb: &[usize], lanes: usize) -> Option<(i32, usize)> {
+    let (base, part) = if sa == out {
+        (0, sb)
+    } else if sb == out {
+        (2, sa)
+    } else {
+        return None;
+    };
+    let (kind, len) = repetition(out, part)?;
+    let fits = match kind {
+        0 => len == 1 || len % lanes == 0,
+        _ => len % lanes == 0,
+    };
+    (fits && len > 0).then_some((base + kind, len))
+}
+
 fn binary_kernel(kind: BinaryKind, dtype: DType, other: DType) -> Result<BinaryKernel, EpError> {
     let code = binary_code(kind);
     let bad = || unsupported(&format!("{kind:?}"), dtype);
     if kind == BinaryKind::Pow && other != dtype {
-        let ok = |d: DType| is_float(d) || matches!(d, DType::I32 | DType::I64);
-        if !(ok(dtype) && ok(other)) {
+        let base_ok = is_float(dtype) || matches!(dtype, DType::I32 | DType::I64);
+        if !(base_ok && (is_float(other) || is_int(other))) {
             return Err(bad());
         }
         return Ok(BinaryKernel { code, dtype, name: "pow_mixed", mixed: Some(other) });
@@ -491,4 +549,30 @@ pub(crate) fn register_all(r: &mut Registry) {
     r.register("Where", build_where);
     r.register("Cast", build_cast);
     r.register("CastLike", build_cast);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{repeat_pattern, repetition};
+
+    #[test]
+    fn bias_scalar_and_per_row_operands_are_recognized_as_repetitions() {
+        assert_eq!(repetition(&[8, 128, 768], &[768]), Some((0, 768)));
+        assert_eq!(repetition(&[8, 128, 768], &[1, 1, 768]), Some((0, 768)));
+        assert_eq!(repetition(&[8, 128, 768], &[128, 768]), Some((0, 128 * 768)));
+        assert_eq!(repetition(&[8, 128, 768], &[]), Some((0, 1)));
+        assert_eq!(repetition(&[8, 128, 768], &[8, 128, 1]), Some((1, 768)));
+        assert_eq!(repetition(&[8, 12, 64, 64], &[8, 1, 1, 64]), None);
+        assert_eq!(repetition(&[4, 6], &[4, 1]), Some((1, 6)));
+    }
+
+    #[test]
+    fn repeated_operands_take_the_vector_path_only_when_lanes_stay_in_step() {
+        assert_eq!(repeat_pattern(&[2, 8], &[2, 8], &[8], 8), Some((0, 8)));
+        assert_eq!(repeat_pattern(&[2, 8], &[8], &[2, 8], 8), Some((2, 8)));
+        assert_eq!(repeat_pattern(&[2, 6], &[2, 6], &[6], 8), None);
+        assert_eq!(repeat_pattern(&[2, 6], &[2, 6], &[], 8), Some((0, 1)));
+        assert_eq!(repeat_pattern(&[4, 16], &[4, 16], &[4, 1], 4), Some((1, 16)));
+        assert_eq!(repeat_pattern(&[4, 6], &[4, 6], &[4, 1], 4), None);
+    }
 }

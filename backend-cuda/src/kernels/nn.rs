@@ -105,6 +105,7 @@ pub(super) fn row_grid(gpu: &Gpu, rows: usize, len: usize, dtype: DType) -> (Lau
     (cfg, cached)
 }
 
+/// A shape error met at launch, as a kernel error.
 pub(super) fn kernel_err(e: impl std::fmt::Display) -> EpError {
     EpError::Kernel(e.to_string())
 }

@@ -86,6 +86,8 @@ struct Entries {
 }
 
 impl Entries {
+    /// Checks the dtypes (float input; parameters `params` in the input's
+    /// dtype; float statistics) and names the entry points.
     fn new(spec: &KernelSpec<'_>, params: &[usize]) -> Result<Self, EpError> {
         let dtype = in_dtype(spec, 0)?;
         if !is_float(dtype) {
@@ -142,6 +144,8 @@ impl Entries {
         io.out_ptr(o)
     }
 
+    /// Queues one normalization: a warp kernel for rows up to [`WARP_ROW`],
+    /// else the block kernel.
     fn run(&self, gpu: &Gpu, mut a: NormArgs, p: &Ptrs) -> Result<(), EpError> {
         let (rows, len) = (a.rows as usize, a.len as usize);
         if rows == 0 || len == 0 {

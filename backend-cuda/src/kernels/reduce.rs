@@ -1,5 +1,5 @@
-//! Reductions: the Reduce* family over any axes, ArgMax/ArgMin, and the global
-//! pools (GlobalAveragePool, GlobalMaxPool) as reductions over the spatial dims.
+//! Reductions: the Reduce* family over any axes, and ArgMax/ArgMin.
+//! (GlobalAveragePool / GlobalMaxPool live with the pools in `pool.rs`.)
 //!
 //! The input is split into kept and reduced dims ([`split`]); each output
 //! element gets a group of lanes of a 256-thread block (`reduce_T` /
@@ -9,7 +9,6 @@
 use cudarc::driver::LaunchConfig;
 use onyx_core::dtype::DType;
 use onyx_core::ep::{EpError, KernelSpec};
-use onyx_core::ops::conv::GlobalPool;
 use onyx_core::ops::reduce::{ArgReduce, Reduce, ReduceKind};
 use onyx_core::shape::normalize_axis;
 use onyx_kernels::Kernel;
@@ -257,31 +256,6 @@ fn build_arg(spec: &KernelSpec<'_>) -> Result<Box<dyn CudaKernel>, EpError> {
     Ok(Box::new(ArgKernel { op, name: entry("arg_reduce", dtype)? }))
 }
 
-/// GlobalAveragePool / GlobalMaxPool: Mean / Max over every dim from 2 on.
-struct GlobalKernel {
-    max: bool,
-    name: &'static str,
-}
-
-impl CudaKernel for GlobalKernel {
-    fn launch(&self, gpu: &Gpu, io: &Io<'_>) -> Result<(), EpError> {
-        let x = io.input(0)?;
-        let axes: Vec<usize> = (2..x.shape.len()).collect();
-        let code = if self.max { 2 } else { 1 };
-        let y = (io.out_ptr(0)?, io.output(0)?.numel());
-        launch_reduce(gpu, self.name, &x.shape, &axes, code, false, io.in_ptr(0)?, y)
-    }
-}
-
-fn build_global(spec: &KernelSpec<'_>) -> Result<Box<dyn CudaKernel>, EpError> {
-    let max = op::<GlobalPool>(spec)?.max;
-    let dtype = in_dtype(spec, 0)?;
-    if !is_float(dtype) {
-        return Err(unsupported(&spec.node.op_type, dtype));
-    }
-    Ok(Box::new(GlobalKernel { max, name: entry("reduce", dtype)? }))
-}
-
 /// Registers the reductions.
 pub(crate) fn register_all(r: &mut Registry) {
     for name in [
@@ -300,8 +274,6 @@ pub(crate) fn register_all(r: &mut Registry) {
     }
     r.register("ArgMax", build_arg);
     r.register("ArgMin", build_arg);
-    r.register("GlobalAveragePool", build_global);
-    r.register("GlobalMaxPool", build_global);
 }
 
 #[cfg(test)]

@@ -60,7 +60,7 @@ if has conformance; then
     export ONYX_TESTDATA=/tmp/testdata
     for suite in node ort; do
         timeout ${CONF_TIMEOUT:-300} $BIN/onyx conformance --suite "$suite" --backend cuda --no-fallback \
-            --report "$RES/conf-$suite" ${MANIFEST:+--manifest "$MANIFEST"} > "$RES/conformance-$suite.txt" 2>&1
+            --report "$RES/conf-$suite" --manifest "tests/manifests/$suite-cuda.txt" > "$RES/conformance-$suite.txt" 2>&1
         tail -5 "$RES/conformance-$suite.txt"
     done
 fi

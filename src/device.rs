@@ -232,10 +232,14 @@ mod tests {
 
     #[test]
     fn a_missing_device_falls_back_to_cpu_unless_strict() {
-        let r = resolve(Device::Cuda(Some(7)), false, CpuOptions::default(), GpuOptions::default()).unwrap();
+        let r = resolve(Device::Cuda(Some(7)), false, CpuOptions::default(), GpuOptions::default())
+            .unwrap();
         assert_eq!(r.provider.name(), "cpu");
         assert!(r.fallback.is_some());
-        let err = resolve(Device::Cuda(Some(7)), true, CpuOptions::default(), GpuOptions::default()).err().unwrap();
+        let err =
+            resolve(Device::Cuda(Some(7)), true, CpuOptions::default(), GpuOptions::default())
+                .err()
+                .unwrap();
         assert!(err.to_string().contains("cuda:7"), "{err}");
     }
 }

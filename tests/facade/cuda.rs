@@ -351,7 +351,7 @@ fn an_out_of_range_gather_index_fails_the_run_and_the_next_run_is_clean() {
             ("idx", Value::Tensor(Tensor::from_vec(vec![2], idx).unwrap())),
         ])
     };
-    let err = run(vec![0, 7]).err().expect("index 7 of 3 is an error");
+    let Err(err) = run(vec![0, 7]) else { panic!("index 7 of 3 is an error") };
     let chain = onyx::conformance::chain(&err);
     assert!(chain.contains("out of range"), "{chain}");
     let o = run(vec![2, -3]).unwrap();

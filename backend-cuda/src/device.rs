@@ -76,7 +76,7 @@ pub fn open(ordinal: u32) -> Result<Arc<CudaContext>, EpError> {
 /// Describes a GPU.
 ///
 /// # Errors
-/// As [`open`].
+/// A missing library, a missing device or a driver error.
 pub fn info(ordinal: u32) -> Result<DeviceInfo, EpError> {
     let ctx = open(ordinal)?;
     describe(&ctx, ordinal)

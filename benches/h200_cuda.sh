@@ -50,8 +50,10 @@ if has models; then
                 | tee -a "$RES/bert_memory.jsonl"
         done
         python3 -c "import numpy as np; a=np.load('/tmp/o/last_hidden_state.npy').astype(np.float32); b=np.load('$M/bert_torch_8x$seq.npy'); print({'case': 'bert_fp16_8x$seq', 'max_abs_diff_vs_torch': float(np.abs(a-b).max()), 'rel_l2': float(np.linalg.norm(a-b)/np.linalg.norm(b))})" | tee -a "$RES/bert_check.jsonl"
-        $BIN/onyx bench "$M/bert_base_fp16.onnx" --device cuda --strict --runs 30 --warmup 5 --json $ins \
-            | python3 -c "import json,sys; r=json.load(sys.stdin); print(json.dumps({'case': 'bert_fp16_8x$seq', 'device': r['device'], **{k: round(v,3) for k,v in r['warm'].items() if k.endswith('ms')}}))" \
+        # --profile adds one run synchronized after every node: device time by op type.
+        $BIN/onyx bench "$M/bert_base_fp16.onnx" --device cuda --strict --runs 30 --warmup 5 --json --profile $ins \
+            > "$RES/bert_bench_8x$seq.json"
+        python3 -c "import json,sys; r=json.load(open('$RES/bert_bench_8x$seq.json')); print(json.dumps({'case': 'bert_fp16_8x$seq', 'device': r['device'], **{k: round(v,3) for k,v in r['warm'].items() if k.endswith('ms')}}))" \
             | tee -a "$RES/bert_onyx.jsonl"
     done
 fi

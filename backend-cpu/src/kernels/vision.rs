@@ -83,6 +83,9 @@ fn grid_sample<T: AsF64 + bytemuck::Pod + Send + Sync>(
 ) -> Result<(), EpError> {
     let xs = io.in_view(0)?.shape.clone();
     let gs = io.in_view(1)?.shape.clone();
+    if xs.len() < 3 || gs.len() != xs.len() || gs[0] != xs[0] || gs[xs.len() - 1] != xs.len() - 2 {
+        return Err(EpError::Kernel(format!("GridSample X {xs:?} and grid {gs:?} do not fit")));
+    }
     let s = xs.len() - 2;
     let spatial = &xs[2..];
     let grid = io.floats(1)?;
@@ -198,6 +201,9 @@ where
 {
     let (xs, ws, os) =
         (io.in_view(0)?.shape.clone(), io.in_view(1)?.shape.clone(), io.in_view(2)?.shape.clone());
+    if xs.len() < 3 || ws.len() != xs.len() || os.len() != xs.len() {
+        return Err(EpError::Kernel(format!("DeformConv X {xs:?}, W {ws:?} and offset {os:?}")));
+    }
     let s = xs.len() - 2;
     let kernel = dc.window.kernel.clone().unwrap_or_else(|| ws[2..].to_vec());
     let (n, c, m, g, og) = (xs[0], xs[1], ws[0], dc.group, dc.offset_group);
@@ -307,6 +313,9 @@ fn roi_align<T: AsF64 + bytemuck::Pod + Send + Sync>(
     let [batches, channels, height, width] = xs[..] else {
         return Err(EpError::Kernel(format!("RoiAlign X {xs:?} is not 4-D")));
     };
+    if height == 0 || width == 0 {
+        return Err(EpError::Kernel(format!("RoiAlign over an empty feature map {xs:?}")));
+    }
     let rois: Vec<f64> = io.input::<T>(1)?.iter().map(|v| v.to_f64()).collect();
     let batch = io.ints(2)?;
     if rois.len() != batch.len() * 4 || batch.iter().any(|&b| b < 0 || b as usize >= batches) {

@@ -6,11 +6,15 @@
 //! input that aliases an output, so a kernel that forgot the in-place case
 //! fails loudly instead of reading through a mutable alias.
 
+mod arrange;
+mod attention;
 mod binary;
 mod broadcast;
 mod cast;
 mod conv;
 mod dispatch;
+mod domains;
+mod einsum;
 mod elementwise;
 mod indexing;
 mod matmul;
@@ -18,10 +22,17 @@ mod nn;
 mod norm;
 mod pad;
 mod pool;
+mod quant;
 mod recurrent;
 mod reduce;
 mod resize;
+mod scatter;
+mod select;
 mod shape;
+mod signal;
+mod spatial;
+mod stats;
+mod vision;
 
 use std::collections::HashMap;
 
@@ -63,6 +74,17 @@ impl KernelRegistry {
         recurrent::register_all(&mut r);
         cast::register_all(&mut r);
         reduce::register_all(&mut r);
+        attention::register_all(&mut r);
+        quant::register_all(&mut r);
+        scatter::register_all(&mut r);
+        arrange::register_all(&mut r);
+        select::register_all(&mut r);
+        einsum::register_all(&mut r);
+        stats::register_all(&mut r);
+        spatial::register_all(&mut r);
+        signal::register_all(&mut r);
+        vision::register_all(&mut r);
+        domains::register_all(&mut r);
         r
     }
 

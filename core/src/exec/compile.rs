@@ -438,7 +438,7 @@ impl<'a> Pass<'a> {
             implicit_inputs: vec![],
             attrs: Attributes::default(),
         };
-        let op = Cast { to, saturate: true };
+        let op = Cast { to, saturate: true, round_mode: Default::default() };
         let spec =
             KernelSpec { node: &node, op: &op, input_dtypes: &[from], output_dtypes: &[Some(to)] };
         let ep = self.providers[p];

@@ -1,9 +1,11 @@
-//! Generators and casts: ConstantOfShape, Range, Cast, CastLike.
+//! Generators and casts: ConstantOfShape, Range, Cast, CastLike, BitCast.
 
 use super::shape::value_ints;
 use super::{Fact, InferInputs, Op, OpRegistry, check_inputs};
 use crate::dtype::DType;
 use crate::error::OpError;
+use crate::float8::RoundMode;
+use crate::graph::Node;
 use crate::shape::{Dim, Shape};
 use crate::tensor::Tensor;
 
@@ -94,13 +96,15 @@ impl Op for Range {
     }
 }
 
-/// `Cast` to a dtype (`saturate` applies to float8 targets).
+/// `Cast` to a dtype (`saturate` applies to float8 targets, `round_mode` to float8e8m0).
 #[derive(Debug, Clone)]
 pub struct Cast {
     /// Target dtype.
     pub to: DType,
     /// Saturate out-of-range values for float8 targets.
     pub saturate: bool,
+    /// Rounding of casts to float8e8m0.
+    pub round_mode: RoundMode,
 }
 
 impl Op for Cast {
@@ -118,6 +122,8 @@ impl Op for Cast {
 pub struct CastLike {
     /// Saturate out-of-range values for float8 targets.
     pub saturate: bool,
+    /// Rounding of casts to float8e8m0.
+    pub round_mode: RoundMode,
 }
 
 impl Op for CastLike {
@@ -128,6 +134,44 @@ impl Op for CastLike {
     fn in_place(&self) -> Vec<usize> {
         vec![0]
     }
+}
+
+/// `BitCast`: reinterpret the bits of each element as another type of the same width.
+#[derive(Debug, Clone)]
+pub struct BitCast {
+    /// Target dtype.
+    pub to: DType,
+}
+
+impl Op for BitCast {
+    fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<Fact>, OpError> {
+        let x = inputs.get(0)?;
+        if x.dtype.bits() != self.to.bits() || x.dtype == DType::String || self.to == DType::String
+        {
+            return Err(OpError::InputDType {
+                index: 0,
+                dtype: x.dtype,
+                expected: format!("a non-string type of {}'s width", self.to),
+            });
+        }
+        Ok(vec![x.with_dtype(self.to)])
+    }
+}
+
+fn target_dtype(n: &Node) -> Result<DType, OpError> {
+    let to = n.attrs.req_int("to")?;
+    DType::from_onnx(to as i32).ok_or_else(|| OpError::BadAttribute {
+        name: "to".into(),
+        reason: format!("{to} is not a data type"),
+    })
+}
+
+fn round_mode(n: &Node) -> Result<RoundMode, OpError> {
+    let name = n.attrs.string_or("round_mode", "up".into())?;
+    RoundMode::parse(&name).ok_or_else(|| OpError::BadAttribute {
+        name: "round_mode".into(),
+        reason: format!("unknown mode '{name}'"),
+    })
 }
 
 /// Registers the generators and casts.
@@ -149,15 +193,21 @@ pub fn register_all(r: &mut OpRegistry) {
     });
     r.register("Cast", |n| {
         check_inputs(n, 1, 1)?;
-        let to = n.attrs.req_int("to")?;
-        let to = DType::from_onnx(to as i32).ok_or_else(|| OpError::BadAttribute {
-            name: "to".into(),
-            reason: format!("{to} is not a data type"),
-        })?;
-        Ok(Box::new(Cast { to, saturate: n.attrs.flag_or("saturate", true)? }))
+        Ok(Box::new(Cast {
+            to: target_dtype(n)?,
+            saturate: n.attrs.flag_or("saturate", true)?,
+            round_mode: round_mode(n)?,
+        }))
     });
     r.register("CastLike", |n| {
         check_inputs(n, 2, 2)?;
-        Ok(Box::new(CastLike { saturate: n.attrs.flag_or("saturate", true)? }))
+        Ok(Box::new(CastLike {
+            saturate: n.attrs.flag_or("saturate", true)?,
+            round_mode: round_mode(n)?,
+        }))
+    });
+    r.register("BitCast", |n| {
+        check_inputs(n, 1, 1)?;
+        Ok(Box::new(BitCast { to: target_dtype(n)? }))
     });
 }

@@ -3,9 +3,12 @@
 //! inference, in-place reuse and views. Backends downcast the typed op to read
 //! its parameters, so attribute parsing happens once, here.
 
+pub mod attention;
 mod broadcast;
 pub mod control;
 pub mod conv;
+pub mod domains;
+pub mod einsum;
 pub mod elementwise;
 mod fact;
 pub mod generate;
@@ -15,11 +18,18 @@ pub mod movement;
 pub mod nn;
 pub mod norm;
 pub mod pad;
+pub mod quant;
 pub mod recurrent;
 pub mod reduce;
 pub mod resize;
+pub mod scatter;
+pub mod select;
 pub mod sequence;
 pub mod shape;
+pub mod signal;
+pub mod spatial;
+pub mod stats;
+pub mod vision;
 
 use std::any::Any;
 use std::collections::HashMap;
@@ -105,6 +115,16 @@ impl OpRegistry {
         reduce::register_all(&mut r);
         control::register_all(&mut r);
         sequence::register_all(&mut r);
+        attention::register_all(&mut r);
+        quant::register_all(&mut r);
+        scatter::register_all(&mut r);
+        select::register_all(&mut r);
+        einsum::register_all(&mut r);
+        stats::register_all(&mut r);
+        spatial::register_all(&mut r);
+        signal::register_all(&mut r);
+        vision::register_all(&mut r);
+        domains::register_all(&mut r);
         r
     }
 

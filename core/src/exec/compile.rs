@@ -12,7 +12,7 @@ use crate::dtype::DType;
 use crate::ep::{EpError, ExecutionProvider, KernelId, KernelSpec, TensorArg};
 use crate::error::{Error, OpError};
 use crate::graph::{Attributes, Graph, Node, NodeId, TypeInfo, ValueId, ValueInfo};
-use crate::ops::control::{DeviceCopy, If, merge_facts};
+use crate::ops::control::DeviceCopy;
 use crate::ops::generate::Cast;
 use crate::ops::sequence::{SequenceKind, SequenceOp};
 use crate::ops::{Fact, InferInputs, Op, OpRegistry, downcast};
@@ -21,6 +21,8 @@ use crate::tensor::Tensor;
 
 use super::program::{Action, CompiledGraph, Step};
 use super::widen;
+
+mod subgraph;
 
 /// The domain of nodes the planner inserts (device copies).
 pub const ONYX_DOMAIN: &str = "onyx";
@@ -65,23 +67,25 @@ pub fn compile(
     providers: &[&dyn ExecutionProvider],
     opts: &CompileOptions<'_>,
 ) -> Result<CompiledGraph, Error> {
-    compile_graph(graph, outer, providers, opts, None)
+    compile_graph(graph, outer, providers, opts, None, &[])
 }
 
+/// Compiles a graph; `input_facts` (for loop bodies) stand in for the facts
+/// of graph inputs whose types the model does not declare.
 fn compile_graph(
     graph: Arc<Graph>,
     outer: &Scope,
     providers: &[&dyn ExecutionProvider],
     opts: &CompileOptions<'_>,
     outputs_on: Option<usize>,
+    input_facts: &[Option<Fact>],
 ) -> Result<CompiledGraph, Error> {
     let mut pass = Pass::new(&graph, providers, opts);
-    if let Err(e) = pass.run(outer, outputs_on) {
+    if let Err(e) = pass.run(outer, outputs_on, input_facts) {
         // Subgraphs compiled so far hold uploaded weights.
         for step in &mut pass.steps {
-            if let Action::If { then_branch, else_branch } = &mut step.action {
-                let _ = then_branch.free_weights(providers);
-                let _ = else_branch.free_weights(providers);
+            for g in step.action.subgraphs_mut() {
+                let _ = g.free_weights(providers);
             }
         }
         return Err(e);
@@ -149,13 +153,22 @@ impl<'a> Pass<'a> {
         id
     }
 
-    fn run(&mut self, outer: &Scope, outputs_on: Option<usize>) -> Result<(), Error> {
+    fn run(
+        &mut self,
+        outer: &Scope,
+        outputs_on: Option<usize>,
+        input_facts: &[Option<Fact>],
+    ) -> Result<(), Error> {
         let g = self.source;
         let order = topological_order(g)?;
-        for &v in &g.inputs {
+        for (i, &v) in g.inputs.iter().enumerate() {
             let info = g.value(v);
-            let fact =
-                info.declared.as_ref().and_then(declared_fact).ok_or_else(|| Error::Input {
+            let fact = info
+                .declared
+                .as_ref()
+                .and_then(declared_fact)
+                .or_else(|| input_facts.get(i).cloned().flatten())
+                .ok_or_else(|| Error::Input {
                     name: info.name.clone(),
                     reason: "the model declares no tensor type for it".into(),
                 })?;
@@ -271,40 +284,9 @@ impl<'a> Pass<'a> {
         // Outputs computed in f32 and cast back after the node: (f32 value, original, fact).
         let mut narrow: Vec<(ValueId, ValueId, Fact)> = Vec::new();
 
-        let (action, provider, out_facts, out_location) = if let Some(if_op) = downcast::<If>(&*op)
+        let (action, provider, out_facts, out_location) = if let Some((action, out)) =
+            self.control(source, &mut node, &*op, &in_facts)?
         {
-            for &v in &source.implicit_inputs {
-                self.locate(v, 0);
-            }
-            let scope = self.scope();
-            let sub = |g: &Arc<Graph>, branch: &str| {
-                compile_graph(g.clone(), &scope, self.providers, self.opts, Some(0)).map_err(|e| {
-                    Error::Subgraph { node: desc(), branch: branch.into(), source: Box::new(e) }
-                })
-            };
-            let then_branch = sub(&if_op.then_branch, "then_branch")?;
-            let else_branch = match sub(&if_op.else_branch, "else_branch") {
-                Ok(g) => g,
-                Err(e) => {
-                    let mut t = then_branch;
-                    let _ = t.free_weights(self.providers);
-                    return Err(e);
-                }
-            };
-            let out: Vec<Fact> = then_branch
-                .output_facts()
-                .iter()
-                .zip(else_branch.output_facts().iter())
-                .map(|(a, b)| match (a, b) {
-                    (Some(a), Some(b)) => merge_facts(a, b),
-                    (Some(f), None) | (None, Some(f)) => Fact::unranked(f.dtype),
-                    (None, None) => Fact::unranked(DType::F32),
-                })
-                .collect();
-            let action = Action::If {
-                then_branch: Box::new(then_branch),
-                else_branch: Box::new(else_branch),
-            };
             (action, 0, out, Some(0))
         } else {
             let out = op

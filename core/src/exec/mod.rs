@@ -2,9 +2,11 @@
 
 mod compile;
 mod host;
+mod looping;
 mod program;
 mod run;
 mod sequence;
+mod slices;
 mod state;
 mod widen;
 
@@ -14,10 +16,16 @@ pub use program::{Action, CompiledGraph, Step};
 pub use run::{DeviceValue, RunOptions, RunResult, run};
 
 use crate::ops::control::If;
+use crate::ops::looping::{Loop, Scan, SequenceMap};
 use crate::ops::sequence::SequenceOp;
 use crate::ops::{Op, downcast};
 
 /// Whether the executor runs this op itself (views, control flow, sequences), needing no kernel.
 pub fn handled_by_executor(op: &dyn Op) -> bool {
-    op.view_of().is_some() || downcast::<If>(op).is_some() || downcast::<SequenceOp>(op).is_some()
+    op.view_of().is_some()
+        || downcast::<If>(op).is_some()
+        || downcast::<Loop>(op).is_some()
+        || downcast::<Scan>(op).is_some()
+        || downcast::<SequenceMap>(op).is_some()
+        || downcast::<SequenceOp>(op).is_some()
 }

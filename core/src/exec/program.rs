@@ -24,10 +24,45 @@ pub enum Action {
         /// Run when the condition is false.
         else_branch: Box<CompiledGraph>,
     },
+    /// An `If` whose condition was known when the graph was compiled: only
+    /// the live branch was compiled, and it runs unconditionally.
+    Resolved {
+        /// The live branch.
+        branch: Box<CompiledGraph>,
+        /// Its attribute name, for errors.
+        name: &'static str,
+    },
+    /// Run a body repeatedly: `Loop`, `Scan` or `SequenceMap` (the step's op says which).
+    Repeat {
+        /// The compiled body.
+        body: Box<CompiledGraph>,
+    },
     /// Move sequence handles around.
     Sequence(SequenceKind),
     /// Copy input 0 from its provider to the step's provider.
     Copy,
+}
+
+impl Action {
+    /// The compiled subgraphs this action runs.
+    pub fn subgraphs(&self) -> Vec<&CompiledGraph> {
+        match self {
+            Action::If { then_branch, else_branch } => vec![then_branch.as_ref(), else_branch],
+            Action::Resolved { branch, .. } => vec![branch.as_ref()],
+            Action::Repeat { body } => vec![body.as_ref()],
+            _ => vec![],
+        }
+    }
+
+    /// The compiled subgraphs this action runs, mutably.
+    pub fn subgraphs_mut(&mut self) -> Vec<&mut CompiledGraph> {
+        match self {
+            Action::If { then_branch, else_branch } => vec![then_branch.as_mut(), else_branch],
+            Action::Resolved { branch, .. } => vec![branch.as_mut()],
+            Action::Repeat { body } => vec![body.as_mut()],
+            _ => vec![],
+        }
+    }
 }
 
 /// One step of a compiled graph.
@@ -75,11 +110,9 @@ impl CompiledGraph {
             }
         }
         for step in &mut self.steps {
-            if let Action::If { then_branch, else_branch } = &mut step.action {
-                for g in [then_branch, else_branch] {
-                    if let Err(e) = g.free_weights(providers) {
-                        first = first.and(Err(e));
-                    }
+            for g in step.action.subgraphs_mut() {
+                if let Err(e) = g.free_weights(providers) {
+                    first = first.and(Err(e));
                 }
             }
         }
@@ -98,9 +131,8 @@ impl CompiledGraph {
             bytes[*p] += w.buffer.size;
         }
         for s in &self.steps {
-            if let Action::If { then_branch, else_branch } = &s.action {
-                then_branch.add_weight_bytes(bytes);
-                else_branch.add_weight_bytes(bytes);
+            for g in s.action.subgraphs() {
+                g.add_weight_bytes(bytes);
             }
         }
     }
@@ -114,13 +146,11 @@ impl CompiledGraph {
 
     fn add_kernels(&self, counts: &mut [usize]) {
         for s in &self.steps {
-            match &s.action {
-                Action::Kernel(_) => counts[s.provider] += 1,
-                Action::If { then_branch, else_branch } => {
-                    then_branch.add_kernels(counts);
-                    else_branch.add_kernels(counts);
-                }
-                _ => {}
+            if let Action::Kernel(_) = s.action {
+                counts[s.provider] += 1;
+            }
+            for g in s.action.subgraphs() {
+                g.add_kernels(counts);
             }
         }
     }
@@ -129,15 +159,11 @@ impl CompiledGraph {
     pub fn placement(&self) -> Vec<(NodeDesc, usize)> {
         let mut out = Vec::new();
         for s in &self.steps {
-            match &s.action {
-                Action::Kernel(_) => {
-                    out.push((*self.graph.nodes[s.node.index()].desc(), s.provider))
-                }
-                Action::If { then_branch, else_branch } => {
-                    out.extend(then_branch.placement());
-                    out.extend(else_branch.placement());
-                }
-                _ => {}
+            if let Action::Kernel(_) = s.action {
+                out.push((*self.graph.nodes[s.node.index()].desc(), s.provider));
+            }
+            for g in s.action.subgraphs() {
+                out.extend(g.placement());
             }
         }
         out

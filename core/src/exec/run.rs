@@ -177,7 +177,7 @@ impl<'a> Exec<'a> {
         Ok(out)
     }
 
-    fn run_graph<'s>(
+    pub(super) fn run_graph<'s>(
         &'s mut self,
         cg: &'s CompiledGraph,
         bindings: Vec<(ValueId, Val)>,
@@ -276,6 +276,37 @@ impl<'a> Exec<'a> {
         Ok(outs)
     }
 
+    /// Reads a device tensor back to the host.
+    pub(super) async fn read_slot(&mut self, slot: &Slot, what: &str) -> Result<Tensor, Error> {
+        let numel: usize = slot.shape.iter().product();
+        let len = slot.dtype.byte_size(numel).ok_or_else(|| {
+            Error::Internal("string tensors cannot be read back from a device".into())
+        })?;
+        let (buffer, p) = (self.bufs[slot.key].buffer, self.bufs[slot.key].provider);
+        let bytes = self.providers[p]
+            .download(buffer, len)
+            .await
+            .map_err(|e| self.provider_err(p, format!("reading {what} back"), e))?;
+        Tensor::from_bytes(slot.dtype, slot.shape.clone(), bytes.into())
+            .map_err(|e| Error::Internal(e.to_string()))
+    }
+
+    /// Puts a host tensor in a new buffer on provider `p` (no references yet).
+    pub(super) fn upload_tensor(
+        &mut self,
+        p: usize,
+        t: &Tensor,
+        what: &str,
+    ) -> Result<Slot, Error> {
+        let bytes = t.bytes().map_err(|e| Error::Internal(e.to_string()))?;
+        let key = self.alloc(p, bytes.len() as u64, t.dtype().align() as u32, what)?;
+        let buffer = self.bufs[key].buffer;
+        self.providers[p]
+            .upload(buffer, bytes)
+            .map_err(|e| self.provider_err(p, format!("uploading {what}"), e))?;
+        Ok(Slot { key, dtype: t.dtype(), shape: t.shape().to_vec() })
+    }
+
     pub(super) async fn host_value(
         &mut self,
         cg: &CompiledGraph,
@@ -294,16 +325,7 @@ impl<'a> Exec<'a> {
                 cg.graph.value(v).name
             )));
         };
-        let numel: usize = slot.shape.iter().product();
-        let len = slot.dtype.byte_size(numel).ok_or_else(|| {
-            Error::Internal("string tensors cannot be read back from a device".into())
-        })?;
-        let (buffer, p) = (self.bufs[slot.key].buffer, self.bufs[slot.key].provider);
-        let bytes = self.providers[p].download(buffer, len).await.map_err(|e| {
-            self.provider_err(p, format!("reading '{}' back", cg.graph.value(v).name), e)
-        })?;
-        let t = Tensor::from_bytes(slot.dtype, slot.shape, bytes.into())
-            .map_err(|e| Error::Internal(e.to_string()))?;
+        let t = self.read_slot(&slot, &format!("'{}'", cg.graph.value(v).name)).await?;
         frame.host.insert(v, t.clone());
         Ok(t)
     }
@@ -477,47 +499,81 @@ impl<'a> Exec<'a> {
                         )));
                     }
                 };
-                let mut bindings = Vec::with_capacity(branch.captures.len());
-                for (inner, outer) in &branch.captures {
-                    let val = frame.vals[outer.index()].clone().ok_or_else(|| {
-                        Error::Internal(format!(
-                            "captured '{}' is not live",
-                            cg.graph.value(*outer).name
-                        ))
-                    })?;
-                    // The extra reference keeps the value alive and unwritable
-                    // (in place needs a sole reference) while the branch runs.
-                    self.hold(&val, false);
-                    bindings.push((*inner, val));
-                }
-                let (outs, figures) =
-                    self.run_graph(branch, bindings, false).await.map_err(|e| Error::Subgraph {
-                        node: node.desc(),
-                        branch: name.into(),
-                        source: Box::new(e),
-                    })?;
-                frame.trace.inner[s] = Some(figures);
-                for (o, val) in node.outputs.iter().zip(outs) {
-                    match o {
-                        Some(v) => {
-                            let bytes: u64 =
-                                val.slots().iter().map(|x| self.bufs[x.key].buffer.size).sum();
-                            frame.trace.allocated[v.index()] = Some(bytes);
-                            if cg.plan.guard(*v).is_some() {
-                                for x in val.slots() {
-                                    self.bufs[x.key].guarded = true;
-                                }
-                            }
-                            frame.vals[v.index()] = Some(val);
-                        }
-                        None => self.drop_val(&val)?,
-                    }
-                }
+                self.run_branch(cg, frame, s, node, branch, name).await?;
             }
+            Action::Resolved { branch, name } => {
+                self.run_branch(cg, frame, s, node, branch, name).await?;
+            }
+            Action::Repeat { body } => self.repeat(cg, frame, s, step, body).await?,
             Action::Sequence(kind) => self.sequence(cg, frame, node, *kind).await?,
             Action::Copy => self.copy_across(cg, frame, node, step.provider).await?,
         }
         Ok(())
+    }
+
+    /// Binds the values a subgraph captures, one reference each for the subgraph.
+    pub(super) fn bind_captures(
+        &mut self,
+        cg: &CompiledGraph,
+        frame: &Frame,
+        sub: &CompiledGraph,
+    ) -> Result<Vec<(ValueId, Val)>, Error> {
+        let mut bindings = Vec::with_capacity(sub.captures.len());
+        for (inner, outer) in &sub.captures {
+            let val = frame.vals[outer.index()].clone().ok_or_else(|| {
+                Error::Internal(format!("captured '{}' is not live", cg.graph.value(*outer).name))
+            })?;
+            // The extra reference keeps the value alive and unwritable
+            // (in place needs a sole reference) while the subgraph runs.
+            self.hold(&val, false);
+            bindings.push((*inner, val));
+        }
+        Ok(bindings)
+    }
+
+    /// Stores a node's outputs (each already holding one reference), or drops
+    /// those the node does not name.
+    pub(super) fn set_outputs(
+        &mut self,
+        cg: &CompiledGraph,
+        frame: &mut Frame,
+        node: &Node,
+        outs: Vec<Val>,
+    ) -> Result<(), Error> {
+        for (o, val) in node.outputs.iter().zip(outs) {
+            match o {
+                Some(v) => {
+                    let bytes: u64 = val.slots().iter().map(|x| self.bufs[x.key].buffer.size).sum();
+                    frame.trace.allocated[v.index()] = Some(bytes);
+                    if cg.plan.guard(*v).is_some() || matches!(val, Val::Seq(..)) {
+                        for x in val.slots() {
+                            self.bufs[x.key].guarded = true;
+                        }
+                    }
+                    frame.vals[v.index()] = Some(val);
+                }
+                None => self.drop_val(&val)?,
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs one branch of an `If` and takes its outputs as the node's.
+    async fn run_branch(
+        &mut self,
+        cg: &CompiledGraph,
+        frame: &mut Frame,
+        s: usize,
+        node: &Node,
+        branch: &CompiledGraph,
+        name: &str,
+    ) -> Result<(), Error> {
+        let bindings = self.bind_captures(cg, frame, branch)?;
+        let (outs, figures) = self.run_graph(branch, bindings, false).await.map_err(|e| {
+            Error::Subgraph { node: node.desc(), branch: name.into(), source: Box::new(e) }
+        })?;
+        frame.trace.inner[s] = Some(figures);
+        self.set_outputs(cg, frame, node, outs)
     }
 
     /// Copies input 0 to provider `to` through the host (download, then upload).
@@ -533,15 +589,9 @@ impl<'a> Exec<'a> {
             return Err(Error::Internal(format!("{}: malformed copy", node.desc())));
         };
         let t = self.host_value(cg, frame, src).await?;
-        let bytes = t.bytes().map_err(|e| Error::Internal(e.to_string()))?;
-        let key =
-            self.alloc(to, bytes.len() as u64, t.dtype().align() as u32, &node.desc().to_string())?;
-        let buffer = self.bufs[key].buffer;
-        self.providers[to]
-            .upload(buffer, bytes)
-            .map_err(|e| self.provider_err(to, format!("uploading for {}", node.desc()), e))?;
-        frame.trace.allocated[dst.index()] = Some(bytes.len() as u64);
-        let val = Val::Tensor(Slot { key, dtype: t.dtype(), shape: t.shape().to_vec() });
+        let slot = self.upload_tensor(to, &t, &node.desc().to_string())?;
+        frame.trace.allocated[dst.index()] = Some(self.bufs[slot.key].buffer.size);
+        let val = Val::Tensor(slot);
         self.hold(&val, cg.plan.guard(dst).is_some());
         frame.vals[dst.index()] = Some(val);
         Ok(())

@@ -3,9 +3,11 @@
 use crate::dtype::DType;
 use crate::error::{Error, OpError};
 use crate::graph::Node;
+use crate::ops::looping::norm_axis;
 use crate::ops::sequence::SequenceKind;
 
 use super::program::CompiledGraph;
+use super::slices::narrow;
 use super::state::{Exec, Frame, Slot, Val};
 
 impl Exec<'_> {
@@ -97,6 +99,39 @@ impl Exec<'_> {
                 items.remove(at);
                 Val::Seq(d, items)
             }
+            SequenceKind::Split { axis, keepdims } => {
+                let x = node.input(0).ok_or_else(|| op_err(OpError::MissingInput(0)))?;
+                let x = self.host_value(cg, frame, x).await?;
+                let rank = x.shape().len();
+                let a = norm_axis(axis, rank).ok_or_else(|| {
+                    op_err(OpError::Shape(format!("axis {axis} is out of range for rank {rank}")))
+                })?;
+                let dim = x.shape()[a];
+                let sizes: Vec<usize> = match node.input(1) {
+                    None => vec![1; dim],
+                    Some(v) => {
+                        let t = self.host_value(cg, frame, v).await?;
+                        let s = t.to_i64_vec().map_err(|e| op_err(e.into()))?;
+                        split_sizes(dim, &s, t.shape().is_empty()).map_err(op_err)?
+                    }
+                };
+                let squeeze = node.input(1).is_none() && !keepdims;
+                let mut items = Vec::with_capacity(sizes.len());
+                let mut start = 0;
+                for len in sizes {
+                    let mut part = narrow(&x, a, start, len)?;
+                    start += len;
+                    if squeeze {
+                        let mut shape = part.shape().to_vec();
+                        shape.remove(a);
+                        part = part.reshaped(shape).map_err(|e| op_err(e.into()))?;
+                    }
+                    items.push(self.upload_tensor(0, &part, "a sequence element")?);
+                }
+                let bytes = items.iter().map(|s| self.bufs[s.key].buffer.size).sum();
+                frame.trace.allocated[out.index()] = Some(bytes);
+                Val::Seq(x.dtype(), items)
+            }
         };
         // Elements of sequences are guarded: the sequence may hand them out later.
         let guard = cg.plan.guard(out).is_some() || matches!(result, Val::Seq(..));
@@ -128,4 +163,21 @@ impl Exec<'_> {
             }),
         }
     }
+}
+
+/// Piece sizes for `SplitToSequence`: a scalar `split` gives equal pieces
+/// (the last one shorter), a list gives the sizes, which must add up to `dim`.
+fn split_sizes(dim: usize, split: &[i64], scalar: bool) -> Result<Vec<usize>, OpError> {
+    if scalar {
+        let n = split.first().copied().unwrap_or(0);
+        if n <= 0 {
+            return Err(OpError::Shape(format!("split {n} must be positive")));
+        }
+        let n = n as usize;
+        return Ok((0..dim.div_ceil(n)).map(|i| n.min(dim - i * n)).collect());
+    }
+    if split.iter().any(|&s| s < 0) || split.iter().sum::<i64>() != dim as i64 {
+        return Err(OpError::Shape(format!("split {split:?} does not add up to {dim}")));
+    }
+    Ok(split.iter().map(|&s| s as usize).collect())
 }

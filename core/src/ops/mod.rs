@@ -14,6 +14,7 @@ mod fact;
 pub mod generate;
 pub mod indexing;
 pub mod linalg;
+pub mod looping;
 pub mod movement;
 pub mod nn;
 pub mod norm;
@@ -114,6 +115,7 @@ impl OpRegistry {
         generate::register_all(&mut r);
         reduce::register_all(&mut r);
         control::register_all(&mut r);
+        looping::register_all(&mut r);
         sequence::register_all(&mut r);
         attention::register_all(&mut r);
         quant::register_all(&mut r);

@@ -21,6 +21,15 @@ pub enum SequenceKind {
     Insert,
     /// Remove the element at a position (default: the last).
     Erase,
+    /// `SplitToSequence`: pieces of a tensor along an axis (sizes from the
+    /// optional `split` input; without it, pieces of 1, the axis kept only
+    /// with `keepdims`).
+    Split {
+        /// The axis (may be negative).
+        axis: i64,
+        /// Keep the axis when `split` is absent.
+        keepdims: bool,
+    },
 }
 
 /// A sequence op.
@@ -83,6 +92,13 @@ impl Op for SequenceOp {
                 Fact::sequence_of(s.dtype, shape)
             }
             SequenceKind::Erase => seq(0)?.clone(),
+            SequenceKind::Split { .. } => {
+                let t = inputs.get(0)?;
+                if t.sequence {
+                    return Err(OpError::Invalid("input 0 must be a tensor".into()));
+                }
+                Fact::sequence_of(t.dtype, None)
+            }
         }])
     }
 }
@@ -102,6 +118,12 @@ pub fn register_all(r: &mut OpRegistry) {
             Ok(Box::new(SequenceOp { kind }))
         });
     }
+    r.register("SplitToSequence", |n| {
+        check_inputs(n, 1, 2)?;
+        let axis = n.attrs.int_or("axis", 0)?;
+        let keepdims = n.attrs.flag_or("keepdims", true)?;
+        Ok(Box::new(SequenceOp { kind: SequenceKind::Split { axis, keepdims } }))
+    });
     r.register("SequenceEmpty", |n| {
         check_inputs(n, 0, 0)?;
         let code = n.attrs.int_or("dtype", DType::F32.to_onnx() as i64)?;

@@ -295,6 +295,13 @@ pub enum Value {
     Tensor(Tensor),
     /// A sequence of tensors of one dtype.
     Sequence(DType, Vec<Tensor>),
+    /// An optional holding nothing. A present optional is just its element.
+    Empty {
+        /// The element dtype the optional would hold.
+        dtype: DType,
+        /// Whether that element would be a sequence.
+        sequence: bool,
+    },
 }
 
 impl Value {
@@ -302,7 +309,7 @@ impl Value {
     pub fn as_tensor(&self) -> Option<&Tensor> {
         match self {
             Value::Tensor(t) => Some(t),
-            Value::Sequence(..) => None,
+            Value::Sequence(..) | Value::Empty { .. } => None,
         }
     }
 
@@ -311,6 +318,7 @@ impl Value {
         match self {
             Value::Tensor(t) => t.dtype(),
             Value::Sequence(d, _) => *d,
+            Value::Empty { dtype, .. } => *dtype,
         }
     }
 }

@@ -26,6 +26,7 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
                         .with_context(|| format!("writing {}", path.display()))?;
                 }
                 Value::Sequence(..) => log::warn!("output '{name}' is a sequence; not written"),
+                Value::Empty { .. } => log::warn!("output '{name}' is an empty optional"),
             }
         }
     }
@@ -45,6 +46,9 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
                 }),
                 Value::Sequence(d, ts) => {
                     json!({"name": name, "dtype": d.name(), "sequence_length": ts.len()})
+                }
+                Value::Empty { dtype, sequence } => {
+                    json!({"name": name, "dtype": dtype.name(), "optional": "empty", "sequence": sequence})
                 }
             })
             .collect();
@@ -96,6 +100,7 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
                 );
             }
             Value::Sequence(d, ts) => println!("  {name}: sequence of {} {d} tensors", ts.len()),
+            Value::Empty { dtype, .. } => println!("  {name}: empty optional of {dtype}"),
         }
     }
     println!("latency {:.3} ms", out.latency.as_secs_f64() * 1e3);

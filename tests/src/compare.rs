@@ -48,6 +48,9 @@ pub fn compare_values(expected: &Value, actual: &Value, tol: Tolerance) -> Resul
             }
             Ok(())
         }
+        (Value::Empty { .. }, Value::Empty { .. }) => Ok(()),
+        (Value::Empty { .. }, _) => Err("a value, expected an empty optional".into()),
+        (_, Value::Empty { .. }) => Err("an empty optional, expected a value".into()),
         _ => Err("a tensor and a sequence differ".into()),
     }
 }

@@ -33,6 +33,7 @@ pub struct CaseData {
 enum Kind {
     Tensor,
     Sequence,
+    Optional,
     Other,
 }
 
@@ -41,6 +42,7 @@ fn kind(vi: &pb::ValueInfoProto) -> Kind {
     match vi.r#type.as_ref().and_then(|t| t.value.as_ref()) {
         Some(V::TensorType(_)) => Kind::Tensor,
         Some(V::SequenceType(_)) => Kind::Sequence,
+        Some(V::OptionalType(_)) => Kind::Optional,
         _ => Kind::Other,
     }
 }
@@ -66,6 +68,32 @@ fn sequence_value(s: &pb::SequenceProto, vi: Option<&pb::ValueInfoProto>) -> Res
     Ok(Value::Sequence(dtype, tensors))
 }
 
+/// An optional's value: its element, or [`Value::Empty`] typed from the declaration.
+fn optional_value(o: &pb::OptionalProto, vi: &pb::ValueInfoProto) -> Result<Value, String> {
+    if let Some(t) = &o.tensor_value {
+        return Ok(Value::Tensor(
+            tensor_from_proto(t, &NoExternalData).map_err(|e| e.to_string())?,
+        ));
+    }
+    if let Some(s) = &o.sequence_value {
+        return sequence_value(s, None);
+    }
+    if o.sparse_tensor_value.is_some() || o.map_value.is_some() || o.optional_value.is_some() {
+        return Err("optionals of sparse tensors, maps and optionals are not supported".into());
+    }
+    use onyx_core::graph::TypeInfo as T;
+    let declared = vi.r#type.as_ref().and_then(onyx_core::onnx::type_info);
+    let (dtype, sequence) = match declared {
+        Some(T::Optional(Some(inner))) => match *inner {
+            T::Tensor { dtype, .. } => (dtype, false),
+            T::Sequence(Some(e)) => (e.tensor_dtype().unwrap_or(DType::F32), true),
+            _ => (DType::F32, false),
+        },
+        _ => (DType::F32, false),
+    };
+    Ok(Value::Empty { dtype, sequence })
+}
+
 /// Decodes one `.pb` file for the graph's values `infos`; returns the matched name and value.
 fn decode(
     path: &Path,
@@ -87,6 +115,11 @@ fn decode(
             return Ok((vi.name.clone().unwrap_or_default(), sequence_value(&s, Some(vi))?));
         }
     }
+    if let Ok(o) = pb::OptionalProto::decode(&bytes[..]) {
+        if let Some(vi) = o.name.as_deref().and_then(|n| named(n, Kind::Optional)) {
+            return Ok((vi.name.clone().unwrap_or_default(), optional_value(&o, vi)?));
+        }
+    }
     // No usable name inside: fall back to the file's position.
     let vi =
         infos.get(position).ok_or_else(|| format!("{} matches no graph value", path.display()))?;
@@ -103,7 +136,11 @@ fn decode(
             let s = pb::SequenceProto::decode(&bytes[..]).map_err(|e| e.to_string())?;
             Ok((name, sequence_value(&s, Some(vi))?))
         }
-        Kind::Other => Err(format!("'{name}': optional and map values are not supported")),
+        Kind::Optional => {
+            let o = pb::OptionalProto::decode(&bytes[..]).map_err(|e| e.to_string())?;
+            Ok((name, optional_value(&o, vi)?))
+        }
+        Kind::Other => Err(format!("'{name}': map values are not supported")),
     }
 }
 

@@ -74,6 +74,7 @@ fn outputs_object(names: &[String], values: Vec<Value>) -> Object {
                 .map(|t| JsValue::from(Tensor::from_host(t)))
                 .collect::<Array>()
                 .into(),
+            Value::Empty { .. } => JsValue::NULL,
         };
         // Setting a property on a fresh plain object cannot fail.
         let _ = Reflect::set(&out, &name.into(), &js);

@@ -42,16 +42,7 @@ pub type Scope = HashMap<String, (ValueId, Fact, Option<usize>)>;
 
 /// The static fact a declared type gives.
 pub fn declared_fact(t: &TypeInfo) -> Option<Fact> {
-    match t {
-        TypeInfo::Tensor { dtype, shape } => {
-            Some(Fact { dtype: *dtype, shape: shape.clone(), value: None, sequence: false })
-        }
-        TypeInfo::Sequence(Some(inner)) => match &**inner {
-            TypeInfo::Tensor { dtype, shape } => Some(Fact::sequence_of(*dtype, shape.clone())),
-            _ => None,
-        },
-        _ => None,
-    }
+    Fact::from_declared(t)
 }
 
 /// Compiles a graph for `providers` (the first is the primary device; the

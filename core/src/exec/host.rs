@@ -136,6 +136,9 @@ async fn upload_and_run(
             Value::Sequence(d, ts) => {
                 DeviceValue::Sequence(*d, ts.iter().map(&mut upload).collect::<Result<_, Error>>()?)
             }
+            Value::Empty { dtype, sequence } => {
+                DeviceValue::Empty { dtype: *dtype, sequence: *sequence }
+            }
         });
     }
     let result = run(cg, providers, &device_inputs, opts).await?;
@@ -161,6 +164,9 @@ async fn upload_and_run(
                     None => Ok(Value::Sequence(*d, items)),
                 }
             }
+            DeviceValue::Empty { dtype, sequence } => {
+                Ok(Value::Empty { dtype: *dtype, sequence: *sequence })
+            }
         };
         match read {
             Ok(v) => outputs.push(v),
@@ -173,6 +179,7 @@ async fn upload_and_run(
         let bufs: Vec<DeviceBuffer> = match out {
             DeviceValue::Tensor(t) => vec![t.buffer],
             DeviceValue::Sequence(_, ts) => ts.iter().map(|t| t.buffer).collect(),
+            DeviceValue::Empty { .. } => vec![],
         };
         for b in bufs {
             if let Err(e) = provider_for(providers, b).and_then(|p| {

@@ -44,6 +44,13 @@ pub enum DeviceValue {
     Tensor(TensorArg),
     /// A sequence of tensors of one dtype.
     Sequence(DType, Vec<TensorArg>),
+    /// An optional holding nothing (see [`Value::Empty`](crate::tensor::Value::Empty)).
+    Empty {
+        /// The element dtype.
+        dtype: DType,
+        /// Whether the element would be a sequence.
+        sequence: bool,
+    },
 }
 
 /// What a run returns. Output buffers now belong to the caller.
@@ -124,6 +131,7 @@ fn tensors(v: &DeviceValue) -> Vec<&TensorArg> {
     match v {
         DeviceValue::Tensor(t) => vec![t],
         DeviceValue::Sequence(_, ts) => ts.iter().collect(),
+        DeviceValue::Empty { .. } => vec![],
     }
 }
 
@@ -170,6 +178,7 @@ impl<'a> Exec<'a> {
                 DeviceValue::Sequence(d, ts) => {
                     Val::Seq(*d, ts.iter().map(&mut slot_of).collect::<Result<_, _>>()?)
                 }
+                DeviceValue::Empty { dtype, sequence } => Val::Empty(*dtype, *sequence),
             };
             self.hold(&val, true);
             out.push((v, val));
@@ -254,6 +263,7 @@ impl<'a> Exec<'a> {
             let slots = match val {
                 Val::Tensor(s) => std::slice::from_mut(s),
                 Val::Seq(_, s) => s.as_mut_slice(),
+                Val::Empty(..) => &mut [],
             };
             for slot in slots {
                 let b = &self.bufs[slot.key];
@@ -374,6 +384,14 @@ impl<'a> Exec<'a> {
                     g.args.push(None);
                     g.facts.push(Some(Fact::sequence_of(*d, common_shape(items))));
                 }
+                Val::Empty(..) => {
+                    return Err(Error::Op {
+                        node: node.desc(),
+                        source: OpError::Invalid(format!(
+                            "input {i} is an optional holding nothing"
+                        )),
+                    });
+                }
             }
         }
         Ok(g)
@@ -452,8 +470,8 @@ impl<'a> Exec<'a> {
                 })?;
             }
             Action::View(slot) => {
-                // Identity also passes sequences through: same handles, one more reference.
-                if let (Some(Val::Seq(..)), Some(v)) = (
+                // Identity also passes sequences and optionals through: same handles, one more reference.
+                if let (Some(Val::Seq(..) | Val::Empty(..)), Some(v)) = (
                     node.input(*slot).and_then(|v| frame.vals[v.index()].clone()),
                     node.outputs.first().copied().flatten(),
                 ) {

@@ -28,11 +28,15 @@ impl Exec<'_> {
         };
         let as_seq = |val: Val| match val {
             Val::Seq(d, items) => Ok((d, items)),
-            Val::Tensor(_) => Err(op_err(OpError::Invalid("expected a sequence".into()))),
+            Val::Tensor(_) | Val::Empty(..) => {
+                Err(op_err(OpError::Invalid("expected a sequence".into())))
+            }
         };
         let as_tensor = |val: Val| match val {
             Val::Tensor(s) => Ok(s),
-            Val::Seq(..) => Err(op_err(OpError::Invalid("expected a tensor".into()))),
+            Val::Seq(..) | Val::Empty(..) => {
+                Err(op_err(OpError::Invalid("expected a tensor".into())))
+            }
         };
         let position = |len: usize, p: i64, allow_end: bool| -> Result<usize, Error> {
             let limit = if allow_end { len + 1 } else { len } as i64;
@@ -99,6 +103,30 @@ impl Exec<'_> {
                 items.remove(at);
                 Val::Seq(d, items)
             }
+            SequenceKind::Optional { dtype, sequence } => match node.input(0) {
+                Some(_) => input(0)?,
+                None => Val::Empty(dtype, sequence),
+            },
+            SequenceKind::HasElement => {
+                let has = match node.input(0) {
+                    Some(_) => !matches!(input(0)?, Val::Empty(..)),
+                    None => false,
+                };
+                let slot = self.upload_tensor(
+                    0,
+                    &crate::tensor::Tensor::from_bools(vec![], &[has])
+                        .map_err(|e| op_err(e.into()))?,
+                    "an optional's presence",
+                )?;
+                frame.trace.allocated[out.index()] = Some(self.bufs[slot.key].buffer.size);
+                Val::Tensor(slot)
+            }
+            SequenceKind::GetElement => match input(0)? {
+                Val::Empty(..) => {
+                    return Err(op_err(OpError::Invalid("the optional holds nothing".into())));
+                }
+                v => v,
+            },
             SequenceKind::Split { axis, keepdims } => {
                 let x = node.input(0).ok_or_else(|| op_err(OpError::MissingInput(0)))?;
                 let x = self.host_value(cg, frame, x).await?;

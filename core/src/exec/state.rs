@@ -35,6 +35,8 @@ pub(super) struct Slot {
 pub(super) enum Val {
     Tensor(Slot),
     Seq(DType, Vec<Slot>),
+    /// An optional holding nothing: element dtype, and whether it would be a sequence.
+    Empty(DType, bool),
 }
 
 impl Val {
@@ -42,6 +44,7 @@ impl Val {
         match self {
             Val::Tensor(s) => std::slice::from_ref(s),
             Val::Seq(_, s) => s,
+            Val::Empty(..) => &[],
         }
     }
 }
@@ -194,6 +197,9 @@ impl<'a> Exec<'a> {
             Val::Tensor(s) => DeviceValue::Tensor(self.arg(s)),
             Val::Seq(d, items) => {
                 DeviceValue::Sequence(*d, items.iter().map(|s| self.arg(s)).collect())
+            }
+            Val::Empty(dtype, sequence) => {
+                DeviceValue::Empty { dtype: *dtype, sequence: *sequence }
             }
         }
     }

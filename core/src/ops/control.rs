@@ -33,15 +33,7 @@ pub fn merge_facts(a: &Fact, b: &Fact) -> Fact {
 }
 
 fn declared(g: &Graph) -> Vec<Option<Fact>> {
-    g.outputs
-        .iter()
-        .map(|&o| match &g.value(o).declared {
-            Some(crate::graph::TypeInfo::Tensor { dtype, shape }) => {
-                Some(Fact { dtype: *dtype, shape: shape.clone(), value: None, sequence: false })
-            }
-            _ => None,
-        })
-        .collect()
+    g.outputs.iter().map(|&o| g.value(o).declared.as_ref().and_then(Fact::from_declared)).collect()
 }
 
 impl Op for If {

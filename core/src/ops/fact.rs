@@ -24,6 +24,23 @@ impl Fact {
         Fact { dtype, shape: Some(shape), value: None, sequence: false }
     }
 
+    /// The fact a declared type gives: tensors, sequences of tensors, and
+    /// optionals of either (an optional's fact is its element's).
+    pub fn from_declared(t: &crate::graph::TypeInfo) -> Option<Fact> {
+        use crate::graph::TypeInfo as T;
+        match t {
+            T::Tensor { dtype, shape } => {
+                Some(Fact { dtype: *dtype, shape: shape.clone(), value: None, sequence: false })
+            }
+            T::Sequence(Some(inner)) => match &**inner {
+                T::Tensor { dtype, shape } => Some(Fact::sequence_of(*dtype, shape.clone())),
+                _ => None,
+            },
+            T::Optional(Some(inner)) => Fact::from_declared(inner),
+            _ => None,
+        }
+    }
+
     /// A tensor of the given dtype and concrete shape.
     pub fn known(dtype: DType, dims: &[usize]) -> Fact {
         Fact::new(dtype, Shape::known(dims))

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::{Fact, InferInputs, Op, OpRegistry, check_inputs};
 use crate::error::OpError;
-use crate::graph::{Graph, Node, TypeInfo};
+use crate::graph::{Graph, Node};
 use crate::shape::{Dim, Shape};
 
 use super::control::merge_facts;
@@ -54,19 +54,7 @@ pub struct SequenceMap {
 
 /// The facts the body declares for its outputs (`None` where it declares none).
 pub fn declared_outputs(g: &Graph) -> Vec<Option<Fact>> {
-    g.outputs
-        .iter()
-        .map(|&o| match &g.value(o).declared {
-            Some(TypeInfo::Tensor { dtype, shape }) => {
-                Some(Fact { dtype: *dtype, shape: shape.clone(), value: None, sequence: false })
-            }
-            Some(TypeInfo::Sequence(Some(inner))) => match &**inner {
-                TypeInfo::Tensor { dtype, shape } => Some(Fact::sequence_of(*dtype, shape.clone())),
-                _ => None,
-            },
-            _ => None,
-        })
-        .collect()
+    g.outputs.iter().map(|&o| g.value(o).declared.as_ref().and_then(Fact::from_declared)).collect()
 }
 
 /// A fact with one more dimension of unknown size inserted at `axis`

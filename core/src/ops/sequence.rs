@@ -30,6 +30,18 @@ pub enum SequenceKind {
         /// Keep the axis when `split` is absent.
         keepdims: bool,
     },
+    /// `Optional`: the input itself, or, without one, an optional holding
+    /// nothing of the given element type.
+    Optional {
+        /// Element dtype of an empty optional.
+        dtype: DType,
+        /// Whether that element would be a sequence.
+        sequence: bool,
+    },
+    /// `OptionalHasElement`: whether the input is present and not empty.
+    HasElement,
+    /// `OptionalGetElement`: the element (an error for an empty optional).
+    GetElement,
 }
 
 /// A sequence op.
@@ -92,6 +104,12 @@ impl Op for SequenceOp {
                 Fact::sequence_of(s.dtype, shape)
             }
             SequenceKind::Erase => seq(0)?.clone(),
+            SequenceKind::Optional { dtype, sequence } => match inputs.opt(0) {
+                Some(f) => Fact { value: None, ..f.clone() },
+                None => Fact { dtype, shape: None, value: None, sequence },
+            },
+            SequenceKind::HasElement => Fact::known(DType::Bool, &[]),
+            SequenceKind::GetElement => Fact { value: None, ..inputs.get(0)?.clone() },
             SequenceKind::Split { .. } => {
                 let t = inputs.get(0)?;
                 if t.sequence {
@@ -123,6 +141,36 @@ pub fn register_all(r: &mut OpRegistry) {
         let axis = n.attrs.int_or("axis", 0)?;
         let keepdims = n.attrs.flag_or("keepdims", true)?;
         Ok(Box::new(SequenceOp { kind: SequenceKind::Split { axis, keepdims } }))
+    });
+    r.register("Optional", |n| {
+        check_inputs(n, 0, 1)?;
+        let (dtype, sequence) = match n.attrs.get("type") {
+            Some(crate::graph::Attribute::Type(t)) => match Fact::from_declared(t) {
+                Some(f) => (f.dtype, f.sequence),
+                None => {
+                    return Err(OpError::BadAttribute {
+                        name: "type".into(),
+                        reason: "must be a tensor or a sequence of tensors".into(),
+                    });
+                }
+            },
+            _ if n.input(0).is_none() => {
+                return Err(OpError::BadAttribute {
+                    name: "type".into(),
+                    reason: "is required when there is no input".into(),
+                });
+            }
+            _ => (DType::F32, false),
+        };
+        Ok(Box::new(SequenceOp { kind: SequenceKind::Optional { dtype, sequence } }))
+    });
+    r.register("OptionalHasElement", |n| {
+        check_inputs(n, 0, 1)?;
+        Ok(Box::new(SequenceOp { kind: SequenceKind::HasElement }))
+    });
+    r.register("OptionalGetElement", |n| {
+        check_inputs(n, 1, 1)?;
+        Ok(Box::new(SequenceOp { kind: SequenceKind::GetElement }))
     });
     r.register("SequenceEmpty", |n| {
         check_inputs(n, 0, 0)?;

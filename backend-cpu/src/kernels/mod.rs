@@ -11,6 +11,7 @@ mod attention;
 mod binary;
 mod broadcast;
 mod cast;
+mod causal;
 mod conv;
 mod dispatch;
 mod domains;
@@ -73,6 +74,7 @@ impl KernelRegistry {
         resize::register_all(&mut r);
         recurrent::register_all(&mut r);
         cast::register_all(&mut r);
+        causal::register_all(&mut r);
         reduce::register_all(&mut r);
         attention::register_all(&mut r);
         quant::register_all(&mut r);

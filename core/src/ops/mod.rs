@@ -5,6 +5,7 @@
 
 pub mod attention;
 mod broadcast;
+pub mod causal;
 pub mod control;
 pub mod conv;
 pub mod domains;
@@ -116,6 +117,7 @@ impl OpRegistry {
         reduce::register_all(&mut r);
         control::register_all(&mut r);
         looping::register_all(&mut r);
+        causal::register_all(&mut r);
         sequence::register_all(&mut r);
         attention::register_all(&mut r);
         quant::register_all(&mut r);

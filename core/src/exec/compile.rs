@@ -283,7 +283,10 @@ impl<'a> Pass<'a> {
             let out = op
                 .infer(&InferInputs::new(&in_facts))
                 .map_err(|source| Error::Op { node: desc(), source })?;
-            if let Some(seq) = downcast::<SequenceOp>(&*op) {
+            if op.runs_on_host(&in_facts) {
+                // Strings and host-only ops: inputs are read back, device outputs go to the primary.
+                (Action::Host, 0, out, Some(0))
+            } else if let Some(seq) = downcast::<SequenceOp>(&*op) {
                 // Sequences live on the primary provider; their elements are moved there.
                 let element_slots: Vec<usize> = match seq.kind {
                     SequenceKind::Construct => (0..node.inputs.len()).collect(),

@@ -132,6 +132,9 @@ async fn upload_and_run(
             Ok(TensorArg { buffer, dtype: t.dtype(), shape: t.shape().to_vec() })
         };
         device_inputs.push(match value {
+            Value::Tensor(t) if t.dtype().byte_size(t.numel()).is_none() => {
+                DeviceValue::Host(t.clone())
+            }
             Value::Tensor(t) => DeviceValue::Tensor(upload(t)?),
             Value::Sequence(d, ts) => {
                 DeviceValue::Sequence(*d, ts.iter().map(&mut upload).collect::<Result<_, Error>>()?)
@@ -167,6 +170,7 @@ async fn upload_and_run(
             DeviceValue::Empty { dtype, sequence } => {
                 Ok(Value::Empty { dtype: *dtype, sequence: *sequence })
             }
+            DeviceValue::Host(t) => Ok(Value::Tensor(t.clone())),
         };
         match read {
             Ok(v) => outputs.push(v),
@@ -179,7 +183,7 @@ async fn upload_and_run(
         let bufs: Vec<DeviceBuffer> = match out {
             DeviceValue::Tensor(t) => vec![t.buffer],
             DeviceValue::Sequence(_, ts) => ts.iter().map(|t| t.buffer).collect(),
-            DeviceValue::Empty { .. } => vec![],
+            DeviceValue::Empty { .. } | DeviceValue::Host(_) => vec![],
         };
         for b in bufs {
             if let Err(e) = provider_for(providers, b).and_then(|p| {

@@ -440,7 +440,7 @@ impl Exec<'_> {
     ) -> Result<(), Error> {
         let len = match &ins[0] {
             Val::Seq(_, items) => items.len(),
-            Val::Tensor(_) | Val::Empty(..) => 0,
+            Val::Tensor(_) | Val::Empty(..) | Val::Host(_) => 0,
         };
         for i in 0..len {
             let args: Vec<Val> = ins

@@ -3,6 +3,7 @@
 mod compile;
 mod host;
 mod looping;
+mod on_host;
 mod program;
 mod run;
 mod sequence;

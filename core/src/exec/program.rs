@@ -37,6 +37,9 @@ pub enum Action {
         /// The compiled body.
         body: Box<CompiledGraph>,
     },
+    /// Compute on the host with [`Op::eval_host`] (string tensors, host-only ops);
+    /// device outputs are uploaded to the step's provider.
+    Host,
     /// Move sequence handles around.
     Sequence(SequenceKind),
     /// Copy input 0 from its provider to the step's provider.

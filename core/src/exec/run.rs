@@ -51,6 +51,8 @@ pub enum DeviceValue {
         /// Whether the element would be a sequence.
         sequence: bool,
     },
+    /// A tensor no device can hold (strings), kept on the host.
+    Host(Tensor),
 }
 
 /// What a run returns. Output buffers now belong to the caller.
@@ -131,7 +133,7 @@ fn tensors(v: &DeviceValue) -> Vec<&TensorArg> {
     match v {
         DeviceValue::Tensor(t) => vec![t],
         DeviceValue::Sequence(_, ts) => ts.iter().collect(),
-        DeviceValue::Empty { .. } => vec![],
+        DeviceValue::Empty { .. } | DeviceValue::Host(_) => vec![],
     }
 }
 
@@ -179,6 +181,7 @@ impl<'a> Exec<'a> {
                     Val::Seq(*d, ts.iter().map(&mut slot_of).collect::<Result<_, _>>()?)
                 }
                 DeviceValue::Empty { dtype, sequence } => Val::Empty(*dtype, *sequence),
+                DeviceValue::Host(t) => Val::Host(t.clone()),
             };
             self.hold(&val, true);
             out.push((v, val));
@@ -263,7 +266,7 @@ impl<'a> Exec<'a> {
             let slots = match val {
                 Val::Tensor(s) => std::slice::from_mut(s),
                 Val::Seq(_, s) => s.as_mut_slice(),
-                Val::Empty(..) => &mut [],
+                Val::Empty(..) | Val::Host(_) => &mut [],
             };
             for slot in slots {
                 let b = &self.bufs[slot.key];
@@ -286,37 +289,6 @@ impl<'a> Exec<'a> {
         Ok(outs)
     }
 
-    /// Reads a device tensor back to the host.
-    pub(super) async fn read_slot(&mut self, slot: &Slot, what: &str) -> Result<Tensor, Error> {
-        let numel: usize = slot.shape.iter().product();
-        let len = slot.dtype.byte_size(numel).ok_or_else(|| {
-            Error::Internal("string tensors cannot be read back from a device".into())
-        })?;
-        let (buffer, p) = (self.bufs[slot.key].buffer, self.bufs[slot.key].provider);
-        let bytes = self.providers[p]
-            .download(buffer, len)
-            .await
-            .map_err(|e| self.provider_err(p, format!("reading {what} back"), e))?;
-        Tensor::from_bytes(slot.dtype, slot.shape.clone(), bytes.into())
-            .map_err(|e| Error::Internal(e.to_string()))
-    }
-
-    /// Puts a host tensor in a new buffer on provider `p` (no references yet).
-    pub(super) fn upload_tensor(
-        &mut self,
-        p: usize,
-        t: &Tensor,
-        what: &str,
-    ) -> Result<Slot, Error> {
-        let bytes = t.bytes().map_err(|e| Error::Internal(e.to_string()))?;
-        let key = self.alloc(p, bytes.len() as u64, t.dtype().align() as u32, what)?;
-        let buffer = self.bufs[key].buffer;
-        self.providers[p]
-            .upload(buffer, bytes)
-            .map_err(|e| self.provider_err(p, format!("uploading {what}"), e))?;
-        Ok(Slot { key, dtype: t.dtype(), shape: t.shape().to_vec() })
-    }
-
     pub(super) async fn host_value(
         &mut self,
         cg: &CompiledGraph,
@@ -328,6 +300,9 @@ impl<'a> Exec<'a> {
         }
         if let Some(t) = cg.facts[v.index()].as_ref().and_then(|f| f.value.clone()) {
             return Ok(t);
+        }
+        if let Some(Val::Host(t)) = &frame.vals[v.index()] {
+            return Ok(t.clone());
         }
         let Some(Val::Tensor(slot)) = frame.vals[v.index()].clone() else {
             return Err(Error::Internal(format!(
@@ -389,6 +364,15 @@ impl<'a> Exec<'a> {
                         node: node.desc(),
                         source: OpError::Invalid(format!(
                             "input {i} is an optional holding nothing"
+                        )),
+                    });
+                }
+                Val::Host(t) => {
+                    return Err(Error::Op {
+                        node: node.desc(),
+                        source: OpError::Unsupported(format!(
+                            "input {i} is a {} tensor, which no device holds",
+                            t.dtype()
                         )),
                     });
                 }
@@ -523,6 +507,7 @@ impl<'a> Exec<'a> {
                 self.run_branch(cg, frame, s, node, branch, name).await?;
             }
             Action::Repeat { body } => self.repeat(cg, frame, s, step, body).await?,
+            Action::Host => self.on_host(cg, frame, node, step).await?,
             Action::Sequence(kind) => self.sequence(cg, frame, node, *kind).await?,
             Action::Copy => self.copy_across(cg, frame, node, step.provider).await?,
         }

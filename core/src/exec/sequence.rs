@@ -28,13 +28,13 @@ impl Exec<'_> {
         };
         let as_seq = |val: Val| match val {
             Val::Seq(d, items) => Ok((d, items)),
-            Val::Tensor(_) | Val::Empty(..) => {
+            Val::Tensor(_) | Val::Empty(..) | Val::Host(_) => {
                 Err(op_err(OpError::Invalid("expected a sequence".into())))
             }
         };
         let as_tensor = |val: Val| match val {
             Val::Tensor(s) => Ok(s),
-            Val::Seq(..) | Val::Empty(..) => {
+            Val::Seq(..) | Val::Empty(..) | Val::Host(_) => {
                 Err(op_err(OpError::Invalid("expected a tensor".into())))
             }
         };

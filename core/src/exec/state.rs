@@ -37,6 +37,8 @@ pub(super) enum Val {
     Seq(DType, Vec<Slot>),
     /// An optional holding nothing: element dtype, and whether it would be a sequence.
     Empty(DType, bool),
+    /// A tensor only the host holds (strings).
+    Host(Tensor),
 }
 
 impl Val {
@@ -44,7 +46,7 @@ impl Val {
         match self {
             Val::Tensor(s) => std::slice::from_ref(s),
             Val::Seq(_, s) => s,
-            Val::Empty(..) => &[],
+            Val::Empty(..) | Val::Host(_) => &[],
         }
     }
 }
@@ -201,6 +203,7 @@ impl<'a> Exec<'a> {
             Val::Empty(dtype, sequence) => {
                 DeviceValue::Empty { dtype: *dtype, sequence: *sequence }
             }
+            Val::Host(t) => DeviceValue::Host(t.clone()),
         }
     }
 }

@@ -206,6 +206,18 @@ impl Op for Binary {
     fn in_place(&self) -> Vec<usize> {
         vec![0, 1]
     }
+
+    fn runs_on_host(&self, inputs: &[Option<Fact>]) -> bool {
+        self.kind == BinaryKind::Equal
+            && inputs.first().and_then(Option::as_ref).is_some_and(|f| f.dtype == DType::String)
+    }
+
+    fn eval_host(
+        &self,
+        inputs: &[Option<crate::tensor::Tensor>],
+    ) -> Result<Vec<crate::tensor::Tensor>, OpError> {
+        super::strings::strings_equal(inputs)
+    }
 }
 
 /// The broadcast result fact of several inputs.

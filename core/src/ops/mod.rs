@@ -31,6 +31,7 @@ pub mod shape;
 pub mod signal;
 pub mod spatial;
 pub mod stats;
+pub mod strings;
 pub mod vision;
 
 use std::any::Any;
@@ -77,6 +78,25 @@ pub trait Op: fmt::Debug + Send + Sync + Any {
     /// undeclared), given once after building. Ops whose output dtypes the
     /// spec leaves to the model take them from here; others ignore it.
     fn declared_outputs(&mut self, _dtypes: &[Option<crate::dtype::DType>]) {}
+
+    /// Whether this node runs on the host through [`eval_host`](Op::eval_host)
+    /// instead of a provider's kernel, given its inputs' facts: string tensors
+    /// (no device holds them) and ops only the host implements.
+    fn runs_on_host(&self, _inputs: &[Option<Fact>]) -> bool {
+        false
+    }
+
+    /// Computes the outputs on the host; called only when
+    /// [`runs_on_host`](Op::runs_on_host) said so. Absent inputs are `None`.
+    ///
+    /// # Errors
+    /// [`OpError`] for inputs that violate the op's contract.
+    fn eval_host(
+        &self,
+        _inputs: &[Option<crate::tensor::Tensor>],
+    ) -> Result<Vec<crate::tensor::Tensor>, OpError> {
+        Err(OpError::Unsupported("evaluation on the host".into()))
+    }
 }
 
 /// Downcasts an op to its concrete type.
@@ -118,6 +138,7 @@ impl OpRegistry {
         control::register_all(&mut r);
         looping::register_all(&mut r);
         causal::register_all(&mut r);
+        strings::register_all(&mut r);
         sequence::register_all(&mut r);
         attention::register_all(&mut r);
         quant::register_all(&mut r);

@@ -14,6 +14,7 @@ mod fact;
 pub mod generate;
 pub mod indexing;
 pub mod linalg;
+pub mod microsoft;
 pub mod movement;
 pub mod nn;
 pub mod norm;
@@ -125,6 +126,7 @@ impl OpRegistry {
         signal::register_all(&mut r);
         vision::register_all(&mut r);
         domains::register_all(&mut r);
+        microsoft::register_all(&mut r);
         r
     }
 

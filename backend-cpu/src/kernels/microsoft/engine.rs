@@ -1,8 +1,8 @@
 //! The attention computation `Attention` and `MultiHeadAttention` share, with
 //! onnxruntime's masking: the mask is a `[B, S, T]` table of values *added* to
 //! the scaled scores (0 for visible keys, `mask_filter_value` for masked
-//! ones, the lowest f32 for keys a unidirectional mask hides), then the
-//! attention bias, then a softmax per row.
+//! ones, the lowest f32 for keys a unidirectional mask hides, whatever the
+//! mask said of them), then the attention bias, then a softmax per row.
 
 use onyx_core::ep::EpError;
 use onyx_core::ops::microsoft::attention::{MaskParams, MhaGeometry};
@@ -39,27 +39,30 @@ pub(crate) fn mask_table(
     if given.is_none() && !p.unidirectional {
         return Ok(None);
     }
-    let filter = p.mask_filter_value;
     let mut m = vec![0f32; b * s * t];
-    let causal = |m: &mut [f32], value: f32| {
+    if let Some(shape) = given {
+        fill_mask(&mut m, &shape, io.input::<i32>(slot)?, (b, s, t), p.mask_filter_value)?;
+    }
+    if p.unidirectional {
         for row in 0..b * s {
-            let i = row % s;
-            let first = (g.past_len + i + 1).min(t);
-            m[row * t + first..(row + 1) * t].fill(value);
+            let first = (g.past_len + row % s + 1).min(t);
+            m[row * t + first..(row + 1) * t].fill(f32::MIN);
         }
-    };
-    let Some(shape) = given else {
-        causal(&mut m, f32::MIN);
-        return Ok(Some(m));
-    };
-    let ids = io.input::<i32>(slot)?;
+    }
+    Ok(Some(m))
+}
+
+/// Writes `filter` where a mask of shape `shape` hides a key, into the zeroed `[B, S, T]` table.
+fn fill_mask(
+    m: &mut [f32],
+    shape: &[usize],
+    ids: &[i32],
+    (b, s, t): (usize, usize, usize),
+    filter: f32,
+) -> Result<(), EpError> {
     match shape[..] {
         [mb, ms, mt] if (mb, ms, mt) == (b, s, t) => {
             m.iter_mut().zip(ids).for_each(|(v, &x)| *v = if x > 0 { 0.0 } else { filter });
-            if p.unidirectional {
-                causal(&mut m, filter);
-            }
-            return Ok(Some(m));
         }
         [mb, mt] if (mb, mt) == (b, t) => {
             for (r, row) in m.chunks_mut(t.max(1)).enumerate().take(b * s) {
@@ -84,10 +87,7 @@ pub(crate) fn mask_table(
             )));
         }
     }
-    if p.unidirectional {
-        causal(&mut m, f32::MIN);
-    }
-    Ok(Some(m))
+    Ok(())
 }
 
 /// An additive attention bias `[B|1, N|1, S, T]` with its batch and head strides.

@@ -79,6 +79,19 @@ impl CpuKernel for GbqKernel {
             }),
             None => None,
         };
+        if let Some(view) = io.input_view(3) {
+            let mut want = sshape.clone();
+            if dtype == DType::U8 {
+                let last = want.last_mut().expect("rank checked by axes");
+                *last = (*last * bits).div_ceil(8);
+            }
+            if view.shape != want {
+                return Err(kernel_err(format!(
+                    "GatherBlockQuantized: zero points {:?}, expected {want:?}",
+                    view.shape
+                )));
+            }
+        }
         let default_zp = if dtype == DType::U8 { 1i64 << (bits - 1) } else { 0 };
         let idx = io.ints(1)?;
         let (st, sst) = (strides(&shape), strides(&sshape));

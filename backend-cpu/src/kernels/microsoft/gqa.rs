@@ -20,8 +20,10 @@ use super::{kernel_err, load_f32, load_opt};
 /// present keys and values `[B, KV, present_len, H]`.
 struct Prepared {
     g: GqaGeometry,
-    /// Each batch entry's first new position `P_b`.
-    starts: Vec<usize>,
+    /// Each batch entry's first new position `P_b` and total length `T_b`
+    /// (below `P_b + S` only for a right-padded first prompt, whose padding
+    /// tokens still go to the present but are not attended).
+    spans: Vec<(usize, usize)>,
     q: Vec<f32>,
     k: Vec<f32>,
     v: Vec<f32>,
@@ -55,12 +57,12 @@ impl GqaKernel {
         }
         let first_prompt = s > 1 && s == total;
         let cap = g.past_capacity;
-        let starts = seqlens
+        let spans = seqlens
             .iter()
             .map(|&sl| {
                 let err =
                     |why: &str| kernel_err(format!("GroupQueryAttention: seqlens_k {sl} {why}"));
-                let t = usize::try_from(sl.saturating_add(1)).map_err(|_| err("is negative"))?;
+                let t = usize::try_from(sl).map_err(|_| err("is negative"))? + 1;
                 let p = if first_prompt {
                     0
                 } else {
@@ -72,9 +74,9 @@ impl GqaKernel {
                 if p + s > lp {
                     return Err(err(&format!("puts new tokens past {lp} present rows")));
                 }
-                Ok(p)
+                Ok((p, t))
             })
-            .collect::<Result<Vec<usize>, EpError>>()?;
+            .collect::<Result<Vec<(usize, usize)>, EpError>>()?;
         // Rows of the query input and where each part starts in them.
         let x = load_f32(io, 0)?;
         let (stride, k_at, v_at) =
@@ -83,6 +85,9 @@ impl GqaKernel {
         let (kin, kstride) =
             (kin.as_deref().unwrap_or(&x), if g.packed { stride } else { kvn * h });
         let vin = vin.as_deref().unwrap_or(&x);
+        if self.op.do_rotary && io.in_view(7)?.shape != io.in_view(8)?.shape {
+            return Err(kernel_err("GroupQueryAttention: cos and sin caches differ in shape"));
+        }
         let rope = if self.op.do_rotary {
             Some((load_f32(io, 7)?, load_f32(io, 8)?, io.in_view(7)?.shape.clone()))
         } else {
@@ -111,7 +116,7 @@ impl GqaKernel {
         if pk.as_ref().map(Vec::len) != pv.as_ref().map(Vec::len) {
             return Err(kernel_err("GroupQueryAttention: past_key and past_value differ"));
         }
-        for (bi, &p) in starts.iter().enumerate() {
+        for (bi, &(p, _)) in spans.iter().enumerate() {
             for head in 0..kvn {
                 let dst = (bi * kvn + head) * lp * h;
                 let src = (bi * kvn + head) * cap * h;
@@ -140,7 +145,7 @@ impl GqaKernel {
         }
         self.round.round_all(&mut q);
         self.round.round_all(&mut k);
-        Ok(Prepared { g, starts, q, k, v })
+        Ok(Prepared { g, spans, q, k, v })
     }
 
     /// The output rows `[S, H]` of query head `bn = b · N + n`.
@@ -152,15 +157,17 @@ impl GqaKernel {
         let (keys, vals) =
             (&pr.k[kvh * lp * h..(kvh + 1) * lp * h], &pr.v[kvh * lp * h..(kvh + 1) * lp * h]);
         let scale = self.op.scale.unwrap_or_else(|| (1.0 / (h as f64).sqrt()) as f32);
-        let p0 = pr.starts[bi];
+        let (p0, t) = pr.spans[bi];
         let mut out = vec![0f32; s * h];
         for (i, o) in out.chunks_mut(h.max(1)).enumerate().take(s) {
             let pos = p0 + i;
             let w = self.op.local_window_size;
             // The window holds `w` keys, the query's own included.
             let lo = if w > 0 { (pos + 1).saturating_sub(w as usize) } else { 0 };
+            let keys_seen = lo..=pos.min(t - 1);
             let qv = &pr.q[(bn * s + i) * h..(bn * s + i + 1) * h];
-            let mut scores: Vec<f32> = (lo..=pos)
+            let mut scores: Vec<f32> = keys_seen
+                .clone()
                 .map(|j| {
                     let kv = &keys[j * h..(j + 1) * h];
                     let x = qv.iter().zip(kv).map(|(a, b)| a * b).sum::<f32>() * scale;
@@ -172,7 +179,7 @@ impl GqaKernel {
                 })
                 .collect();
             softmax(&mut scores);
-            for (j, pr) in (lo..=pos).zip(&scores) {
+            for (j, pr) in keys_seen.zip(&scores) {
                 o.iter_mut().zip(&vals[j * h..(j + 1) * h]).for_each(|(o, v)| *o += pr * v);
             }
         }

@@ -14,7 +14,7 @@ use super::super::attention::{Round, store};
 use super::super::{CpuKernel, KernelIo, KernelRegistry, in_dtype, op, unsupported_dtype};
 use super::engine::softmax;
 use super::rotary::rotate;
-use super::{kernel_err, load_f32, load_opt};
+use super::{kernel_err, load_f32, load_opt, product};
 
 /// What one call reads, prepared: rotated queries `[B, N, S, H]` and the
 /// present keys and values `[B, KV, present_len, H]`.
@@ -148,42 +148,39 @@ impl GqaKernel {
         Ok(Prepared { g, spans, q, k, v })
     }
 
-    /// The output rows `[S, H]` of query head `bn = b · N + n`.
-    fn head(&self, pr: &Prepared, bn: usize) -> Vec<f32> {
+    /// The output rows `[S, H]` of query head `bn = b · N + n`: both products
+    /// through `gemm` over the keys any of its queries may see.
+    fn head(&self, pr: &Prepared, bn: usize) -> Result<Vec<f32>, EpError> {
         let g = &pr.g;
         let (s, h, lp) = (g.q_len, g.head_size, g.present_len);
         let (bi, head) = (bn / g.heads, bn % g.heads);
         let kvh = bi * g.kv_heads + head / (g.heads / g.kv_heads);
-        let (keys, vals) =
-            (&pr.k[kvh * lp * h..(kvh + 1) * lp * h], &pr.v[kvh * lp * h..(kvh + 1) * lp * h]);
-        let scale = self.op.scale.unwrap_or_else(|| (1.0 / (h as f64).sqrt()) as f32);
         let (p0, t) = pr.spans[bi];
-        let mut out = vec![0f32; s * h];
-        for (i, o) in out.chunks_mut(h.max(1)).enumerate().take(s) {
+        // Keys 0..seen: the last query's position bounds them, and so does T_b.
+        let seen = (p0 + s).min(t);
+        let keys = &pr.k[kvh * lp * h..(kvh * lp + seen) * h];
+        let vals = &pr.v[kvh * lp * h..(kvh * lp + seen) * h];
+        let scale = self.op.scale.unwrap_or_else(|| (1.0 / (h as f64).sqrt()) as f32);
+        let mut scores = vec![0f32; s * seen];
+        product(&mut scores, &pr.q[bn * s * h..(bn + 1) * s * h], keys, (s, seen, h), true, scale)?;
+        let (cap, w) = (self.op.softcap, self.op.local_window_size);
+        for (i, row) in scores.chunks_mut(seen.max(1)).enumerate().take(s) {
             let pos = p0 + i;
-            let w = self.op.local_window_size;
             // The window holds `w` keys, the query's own included.
             let lo = if w > 0 { (pos + 1).saturating_sub(w as usize) } else { 0 };
-            let keys_seen = lo..=pos.min(t - 1);
-            let qv = &pr.q[(bn * s + i) * h..(bn * s + i + 1) * h];
-            let mut scores: Vec<f32> = keys_seen
-                .clone()
-                .map(|j| {
-                    let kv = &keys[j * h..(j + 1) * h];
-                    let x = qv.iter().zip(kv).map(|(a, b)| a * b).sum::<f32>() * scale;
-                    if self.op.softcap > 0.0 {
-                        self.op.softcap * (x / self.op.softcap).tanh()
-                    } else {
-                        x
-                    }
-                })
-                .collect();
-            softmax(&mut scores);
-            for (j, pr) in keys_seen.zip(&scores) {
-                o.iter_mut().zip(&vals[j * h..(j + 1) * h]).for_each(|(o, v)| *o += pr * v);
+            let hi = (pos + 1).min(seen).max(lo);
+            let (before, rest) = row.split_at_mut(lo.min(row.len()));
+            let (visible, after) = rest.split_at_mut(hi - lo);
+            if cap > 0.0 {
+                visible.iter_mut().for_each(|x| *x = cap * (*x / cap).tanh());
             }
+            softmax(visible);
+            before.fill(0.0);
+            after.fill(0.0);
         }
-        out
+        let mut out = vec![0f32; s * h];
+        product(&mut out, &scores, vals, (s, h, seen), false, 1.0)?;
+        Ok(out)
     }
 }
 
@@ -191,8 +188,10 @@ impl CpuKernel for GqaKernel {
     fn run(&self, io: &mut KernelIo) -> Result<(), EpError> {
         let pr = self.prepare(io)?;
         let g = &pr.g;
-        let heads: Vec<Vec<f32>> =
-            (0..g.batch * g.heads).into_par_iter().map(|bn| self.head(&pr, bn)).collect();
+        let heads: Vec<Vec<f32>> = (0..g.batch * g.heads)
+            .into_par_iter()
+            .map(|bn| self.head(&pr, bn))
+            .collect::<Result<_, _>>()?;
         let (s, n, h) = (g.q_len, g.heads, g.head_size);
         let mut y = vec![0f32; g.batch * s * n * h];
         for (bn, out) in heads.iter().enumerate() {

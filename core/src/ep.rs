@@ -122,6 +122,12 @@ pub struct KernelSpec<'a> {
     pub input_dtypes: &'a [Option<DType>],
     /// Output dtypes; `None` for outputs the model does not use.
     pub output_dtypes: &'a [Option<DType>],
+    /// The contents of inputs known when the model is compiled (initializers and
+    /// folded constants), by slot; `None` for the others. A kernel may derive data
+    /// from them once (a dequantized weight) instead of at every launch. They are
+    /// the model's values: their dtype is the model's even where `input_dtypes`
+    /// were widened to f32.
+    pub input_values: &'a [Option<Tensor>],
 }
 
 /// A prepared kernel, owned by the provider that prepared it.

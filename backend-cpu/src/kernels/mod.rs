@@ -19,6 +19,7 @@ mod einsum;
 mod elementwise;
 mod indexing;
 mod matmul;
+mod microsoft;
 mod nn;
 mod norm;
 mod pad;
@@ -87,6 +88,7 @@ impl KernelRegistry {
         signal::register_all(&mut r);
         vision::register_all(&mut r);
         domains::register_all(&mut r);
+        microsoft::register_all(&mut r);
         r
     }
 

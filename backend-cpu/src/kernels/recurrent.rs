@@ -111,6 +111,24 @@ fn step(
     }
 }
 
+/// The inputs of a recurrent layer in f64, in ONNX's layouts: X, W
+/// `[dirs, gates·hidden, input]`, R `[dirs, gates·hidden, hidden]`, both
+/// biases `[dirs, 2·gates·hidden]`, the sequence lengths and the optional
+/// initial states and peepholes.
+pub(crate) struct Layer {
+    pub x: Vec<f64>,
+    pub w: Vec<f64>,
+    pub r: Vec<f64>,
+    pub bias: Vec<f64>,
+    pub lens: Vec<usize>,
+    pub h0: Option<Vec<f64>>,
+    pub c0: Option<Vec<f64>>,
+    pub peep: Option<Vec<f64>>,
+}
+
+/// The outputs of a recurrent layer: Y, Y_h and Y_c.
+pub(crate) type LayerOutputs = [Vec<f64>; 3];
+
 fn recurrent<T: AsF64 + bytemuck::Pod>(io: &KernelIo, r: &Recurrent) -> Result<(), EpError> {
     let xs = io.in_view(0)?.shape.clone();
     let (seq, batch) = if r.batch_major { (xs[1], xs[0]) } else { (xs[0], xs[1]) };
@@ -120,12 +138,37 @@ fn recurrent<T: AsF64 + bytemuck::Pod>(io: &KernelIo, r: &Recurrent) -> Result<(
     let need = |i: usize, len: usize| -> Result<Vec<f64>, EpError> {
         read::<T>(io, i, len)?.ok_or_else(|| EpError::Kernel(format!("input {i} is required")))
     };
-    let x = need(0, seq * batch * d.input)?;
-    let w = need(1, d.dirs * gh * d.input)?;
-    let rw = need(2, d.dirs * gh * h)?;
-    let bias = read::<T>(io, 3, d.dirs * 2 * gh)?.unwrap_or_else(|| vec![0.0; d.dirs * 2 * gh]);
-    let lens: Vec<usize> = match io.input_view(4) {
-        Some(_) => io.ints(4)?.into_iter().map(|l| l.clamp(0, seq as i64) as usize).collect(),
+    let layer = Layer {
+        x: need(0, seq * batch * d.input)?,
+        w: need(1, d.dirs * gh * d.input)?,
+        r: need(2, d.dirs * gh * h)?,
+        bias: read::<T>(io, 3, d.dirs * 2 * gh)?.unwrap_or_else(|| vec![0.0; d.dirs * 2 * gh]),
+        lens: sequence_lens(io, 4, seq, batch)?,
+        h0: read::<T>(io, 5, d.dirs * batch * h)?,
+        c0: if lstm { read::<T>(io, 6, d.dirs * batch * h)? } else { None },
+        peep: if lstm { read::<T>(io, 7, d.dirs * 3 * h)? } else { None },
+    };
+    let outputs = run_layer(r, &xs, &layer);
+    for (o, v) in outputs.iter().enumerate() {
+        if io.has_output(o) {
+            io.output::<T>(o)?.iter_mut().zip(v.iter()).for_each(|(d, s)| *d = T::from_f64(*s));
+        }
+    }
+    Ok(())
+}
+
+/// Input `i`'s sequence lengths (clamped to `seq`), or `seq` for every batch row.
+///
+/// # Errors
+/// [`EpError::Kernel`] when their count is not the batch.
+pub(crate) fn sequence_lens(
+    io: &KernelIo,
+    i: usize,
+    seq: usize,
+    batch: usize,
+) -> Result<Vec<usize>, EpError> {
+    let lens: Vec<usize> = match io.input_view(i) {
+        Some(_) => io.ints(i)?.into_iter().map(|l| l.clamp(0, seq as i64) as usize).collect(),
         None => vec![seq; batch],
     };
     if lens.len() != batch {
@@ -134,9 +177,17 @@ fn recurrent<T: AsF64 + bytemuck::Pod>(io: &KernelIo, r: &Recurrent) -> Result<(
             lens.len()
         )));
     }
-    let h0 = read::<T>(io, 5, d.dirs * batch * h)?;
-    let c0 = if lstm { read::<T>(io, 6, d.dirs * batch * h)? } else { None };
-    let peep = if lstm { read::<T>(io, 7, d.dirs * 3 * h)? } else { None };
+    Ok(lens)
+}
+
+/// Runs every direction of a layer over X of shape `xs`; the sizes of `l`'s
+/// vectors must fit it (the callers read them with those sizes).
+pub(crate) fn run_layer(r: &Recurrent, xs: &[usize], l: &Layer) -> LayerOutputs {
+    let (seq, batch) = if r.batch_major { (xs[1], xs[0]) } else { (xs[0], xs[1]) };
+    let d = Dims { batch, input: xs[2], hidden: r.hidden, dirs: r.directions() };
+    let (h, gh) = (d.hidden, r.cell.gates() * d.hidden);
+    let (x, w, rw, bias, lens, h0, c0, peep) =
+        (&l.x, &l.w, &l.r, &l.bias, &l.lens, &l.h0, &l.c0, &l.peep);
     let acts_per_dir = r.cell.activations();
 
     let mut y = vec![0.0; seq * d.dirs * batch * h];
@@ -152,9 +203,9 @@ fn recurrent<T: AsF64 + bytemuck::Pod>(io: &KernelIo, r: &Recurrent) -> Result<(
                 (seq * batch, gh, d.input),
                 &mut xw,
                 0,
-                &x,
+                x,
                 Mat::row_major(0, d.input, false),
-                &w,
+                w,
                 Mat::row_major(dir * gh * d.input, d.input, true),
                 false,
                 1.0,
@@ -169,7 +220,7 @@ fn recurrent<T: AsF64 + bytemuck::Pod>(io: &KernelIo, r: &Recurrent) -> Result<(
             v.as_ref().map_or(vec![0.0; h], |v| v[at..at + h].to_vec())
         };
         let mut state: Vec<State> =
-            (0..batch).map(|b| State { h: init(&h0, b), c: init(&c0, b) }).collect();
+            (0..batch).map(|b| State { h: init(h0, b), c: init(c0, b) }).collect();
         let mut hr = vec![0.0; batch * gh];
         let mut hs = vec![0.0; batch * h];
         for s in 0..seq {
@@ -218,12 +269,7 @@ fn recurrent<T: AsF64 + bytemuck::Pod>(io: &KernelIo, r: &Recurrent) -> Result<(
             yc[at..at + h].copy_from_slice(&st.c);
         }
     }
-    for (o, v) in [(0, &y), (1, &yh), (2, &yc)] {
-        if io.has_output(o) {
-            io.output::<T>(o)?.iter_mut().zip(v.iter()).for_each(|(d, s)| *d = T::from_f64(*s));
-        }
-    }
-    Ok(())
+    [y, yh, yc]
 }
 
 struct RecurrentKernel {

@@ -167,7 +167,13 @@ impl CpuKernel for ReduceKernel {
             .op
             .axes(shape.len(), given.as_deref())
             .map_err(|e| EpError::Kernel(e.to_string()))?;
-        if axes.is_empty() && self.op.noop_with_empty_axes {
+        // With noop and no axes nothing is reduced, but the elementwise step of
+        // L1, L2, SumSquare and LogSum still applies (each element reduces alone).
+        let identity = !matches!(
+            self.op.kind,
+            ReduceKind::L1 | ReduceKind::L2 | ReduceKind::SumSquare | ReduceKind::LogSum
+        );
+        if axes.is_empty() && self.op.noop_with_empty_axes && identity {
             let x = io.input_bytes(0)?;
             io.output_bytes(0)?.copy_from_slice(x);
             return Ok(());

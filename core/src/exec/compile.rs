@@ -415,8 +415,13 @@ impl<'a> Pass<'a> {
             attrs: Attributes::default(),
         };
         let op = Cast { to, saturate: true, round_mode: Default::default() };
-        let spec =
-            KernelSpec { node: &node, op: &op, input_dtypes: &[from], output_dtypes: &[Some(to)] };
+        let spec = KernelSpec {
+            node: &node,
+            op: &op,
+            input_dtypes: &[from],
+            output_dtypes: &[Some(to)],
+            input_values: &[None],
+        };
         let ep = self.providers[p];
         let kernel = ep.prepare(&spec).map_err(|source| Error::Kernel {
             node: node.desc(),
@@ -445,8 +450,15 @@ impl<'a> Pass<'a> {
             .enumerate()
             .map(|(i, o)| o.and(out.get(i).map(|f| f.dtype)))
             .collect();
-        let spec =
-            KernelSpec { node, op, input_dtypes: &input_dtypes, output_dtypes: &output_dtypes };
+        let input_values: Vec<Option<Tensor>> =
+            in_facts.iter().map(|f| f.as_ref().and_then(|f| f.value.clone())).collect();
+        let spec = KernelSpec {
+            node,
+            op,
+            input_dtypes: &input_dtypes,
+            output_dtypes: &output_dtypes,
+            input_values: &input_values,
+        };
         let wide = widen::plan(node, op, in_facts, out, value_inputs);
         let mut declined = None;
         for (i, ep) in self.providers.iter().enumerate() {
@@ -467,6 +479,7 @@ impl<'a> Pass<'a> {
                             op,
                             input_dtypes: &w.input_dtypes,
                             output_dtypes: &w.output_dtypes,
+                            input_values: &input_values,
                         };
                         if let Ok(k) = ep.prepare(&spec) {
                             log::debug!("{} runs in f32 on {}", node.desc(), ep.name());

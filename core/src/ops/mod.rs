@@ -16,6 +16,7 @@ pub mod generate;
 pub mod indexing;
 pub mod linalg;
 pub mod looping;
+pub mod microsoft;
 pub mod movement;
 pub mod nn;
 pub mod norm;
@@ -150,6 +151,7 @@ impl OpRegistry {
         signal::register_all(&mut r);
         vision::register_all(&mut r);
         domains::register_all(&mut r);
+        microsoft::register_all(&mut r);
         r
     }
 

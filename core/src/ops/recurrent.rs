@@ -1,7 +1,9 @@
 //! The recurrent family: `RNN`, `GRU` and `LSTM`, with every direction,
-//! layout, activation list, clip, peephole and sequence-length option.
+//! layout, activation list, clip, peephole and sequence-length option; and
+//! onnxruntime's `DynamicQuantizeLSTM` (an LSTM with 8-bit weights).
 
 use super::{Fact, InferInputs, Op, OpRegistry, check_inputs};
+use crate::dtype::DType;
 use crate::error::OpError;
 use crate::graph::Node;
 use crate::shape::{Dim, Shape};
@@ -214,9 +216,13 @@ impl Op for Recurrent {
 }
 
 fn parse(n: &Node, cell: Cell) -> Result<Recurrent, OpError> {
-    let a = &n.attrs;
     let max_inputs = if matches!(cell, Cell::Lstm { .. }) { 8 } else { 6 };
     check_inputs(n, 3, max_inputs)?;
+    parse_attributes(n, cell)
+}
+
+fn parse_attributes(n: &Node, cell: Cell) -> Result<Recurrent, OpError> {
+    let a = &n.attrs;
     let direction = match a.string_or("direction", "forward".into())?.as_str() {
         "forward" => Direction::Forward,
         "reverse" => Direction::Reverse,
@@ -270,8 +276,52 @@ fn parse(n: &Node, cell: Cell) -> Result<Recurrent, OpError> {
     })
 }
 
-/// Registers RNN, GRU and LSTM.
+/// onnxruntime's `DynamicQuantizeLSTM` (`com.microsoft`): an `LSTM` whose W
+/// `[dirs, input, 4·hidden]` and R `[dirs, hidden, 4·hidden]` (transposed
+/// against LSTM's) are int8 or uint8 with scales and zero points (inputs 8 to
+/// 11: W_scale, W_zero_point, R_scale, R_zero_point; one per direction, or
+/// per output channel `[dirs, 4·hidden]`).
+#[derive(Debug, Clone)]
+pub struct DynamicQuantizeLstm {
+    /// The LSTM's attributes.
+    pub lstm: Recurrent,
+}
+
+impl Op for DynamicQuantizeLstm {
+    fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<Fact>, OpError> {
+        for i in [1, 2, 9, 11] {
+            let f = inputs.get(i)?;
+            if !matches!(f.dtype, DType::I8 | DType::U8) {
+                return Err(OpError::InputDType {
+                    index: i,
+                    dtype: f.dtype,
+                    expected: "int8 or uint8".into(),
+                });
+            }
+        }
+        for i in [8, 10] {
+            let f = inputs.get(i)?;
+            if f.dtype != DType::F32 {
+                return Err(OpError::InputDType {
+                    index: i,
+                    dtype: f.dtype,
+                    expected: "float".into(),
+                });
+            }
+        }
+        self.lstm.infer(inputs)
+    }
+}
+
+/// Registers RNN, GRU and LSTM, and onnxruntime's DynamicQuantizeLSTM.
 pub fn register_all(r: &mut OpRegistry) {
+    r.register_in(crate::graph::MICROSOFT_DOMAIN, "DynamicQuantizeLSTM", |n| {
+        check_inputs(n, 12, 12)?;
+        let input_forget = n.attrs.int_or("input_forget", 0)? != 0;
+        Ok(Box::new(DynamicQuantizeLstm {
+            lstm: parse_attributes(n, Cell::Lstm { input_forget })?,
+        }))
+    });
     r.register("RNN", |n| Ok(Box::new(parse(n, Cell::Rnn)?)));
     r.register("GRU", |n| {
         let lbr = n.attrs.int_or("linear_before_reset", 0)? != 0;

@@ -16,6 +16,7 @@ mod dispatch;
 mod domains;
 mod einsum;
 mod elementwise;
+mod fastmath;
 mod indexing;
 mod matmul;
 mod nn;

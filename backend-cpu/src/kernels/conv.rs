@@ -7,6 +7,7 @@ use onyx_core::ops::conv::{Conv, Geometry};
 use onyx_core::shape::Dim;
 use rayon::prelude::*;
 
+use super::fastmath::vectorized;
 use super::matmul::{GemmType, Mat, gemm_into};
 use super::{CpuKernel, KernelIo, KernelRegistry, in_dtype, op, unsupported_dtype};
 
@@ -98,7 +99,7 @@ fn depthwise2d(io: &KernelIo, xs: &[usize], mg: usize, geo: &Geometry) -> Result
         None => None,
     };
     let out = io.output::<f32>(0)?;
-    out.par_chunks_mut((oh * ow).max(1)).enumerate().for_each(|(plane, dst)| {
+    out.par_chunks_mut((oh * ow).max(1)).enumerate().for_each(|(plane, dst)| vectorized(|| {
         let (b, om) = (plane / m, plane % m);
         let src = &x[(b * c + om / mg) * h * w..][..h * w];
         let k = &wt[om * kh * kw..][..kh * kw];
@@ -136,7 +137,7 @@ fn depthwise2d(io: &KernelIo, xs: &[usize], mg: usize, geo: &Geometry) -> Result
                 }
             }
         }
-    });
+    }));
     Ok(())
 }
 

@@ -260,10 +260,10 @@ impl CpuKernel for UnaryKernel {
         if self.kind == UnaryKind::Not {
             return map_same(io, |x: u8| (x == 0) as u8);
         }
-        if self.dtype == DType::F32 {
-            if let Some(done) = fast_f32(self.kind, io) {
-                return done;
-            }
+        if self.dtype == DType::F32
+            && let Some(done) = fast_f32(self.kind, io)
+        {
+            return done;
         }
         floats!(self.dtype, F => float_unary::<F>(self.kind, io),
             else ints!(self.dtype, T => int_unary::<T>(self.kind, io),

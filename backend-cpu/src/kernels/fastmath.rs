@@ -83,7 +83,8 @@ pub fn erf(x: f32) -> f32 {
     let p = p * z - 2.685_939_9e-2;
     let p = p * z + 0.112_836_96;
     let p = p * z - 0.376_126_35;
-    let p = p * z + 1.128_379_2;
+    // The leading coefficient came out as 2/√π, erf's slope at 0.
+    let p = p * z + std::f32::consts::FRAC_2_SQRT_PI;
     let inner = x * p;
     // Outer range: 1 - erfc(a), with ln erfc(a) = Q(a - ERF_MID).
     // Not `min`: it would turn NaN into ERF_ONE.

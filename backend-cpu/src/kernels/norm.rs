@@ -244,10 +244,10 @@ fn float_io(spec: &KernelSpec<'_>, stats: std::ops::Range<usize>) -> Result<DTyp
         return Err(unsupported_dtype(&spec.node.op_type, dtype));
     }
     for o in stats {
-        if let Ok(d) = out_dtype(spec, o) {
-            if !is_float(d) {
-                return Err(unsupported_dtype(&spec.node.op_type, d));
-            }
+        if let Ok(d) = out_dtype(spec, o)
+            && !is_float(d)
+        {
+            return Err(unsupported_dtype(&spec.node.op_type, d));
         }
     }
     Ok(dtype)

@@ -165,9 +165,11 @@ fn batch_norm<T: AsF64 + bytemuck::Pod + Send + Sync + 'static, P: AsF64 + bytem
     if inner == 0 {
         return Ok(());
     }
-    if let Some(data) = bytemuck::try_cast_slice_mut::<T, f32>(data).ok().filter(|_| is_f32::<T>()) {
+    if let Some(data) = bytemuck::try_cast_slice_mut::<T, f32>(data).ok().filter(|_| is_f32::<T>())
+    {
         // f32: the folded affine map in f32, vectorized.
-        let (a, b): (Vec<f32>, Vec<f32>) = a.iter().zip(&b).map(|(&a, &b)| (a as f32, b as f32)).unzip();
+        let (a, b): (Vec<f32>, Vec<f32>) =
+            a.iter().zip(&b).map(|(&a, &b)| (a as f32, b as f32)).unzip();
         data.par_chunks_mut(inner).enumerate().for_each(|(plane, row)| {
             let (a, b) = (a[plane % channels], b[plane % channels]);
             vectorized(|| row.iter_mut().for_each(|v| *v = *v * a + b));

@@ -109,11 +109,9 @@ fn norm_row_f32(
     };
     let (m, s) = (mean as f32, inv as f32);
     match bias {
-        Some(bias) => row
-            .iter_mut()
-            .zip(scale)
-            .zip(bias)
-            .for_each(|((v, &g), &b)| *v = (*v - m) * s * g + b),
+        Some(bias) => {
+            row.iter_mut().zip(scale).zip(bias).for_each(|((v, &g), &b)| *v = (*v - m) * s * g + b)
+        }
         None => row.iter_mut().zip(scale).for_each(|(v, &g)| *v = (*v - m) * s * g),
     }
     (mean, inv)

@@ -15,13 +15,7 @@ use super::matmul::{GemmType, Mat, gemm_into};
 use super::{CpuKernel, KernelIo, KernelRegistry, in_dtype, op, unsupported_dtype};
 
 /// The element type a cell computes in: f32 (for f32 models) or f64.
-trait Real:
-    GemmType
-    + AsF64
-    + bytemuck::Pod
-    + num_traits::Float
-    + std::iter::Sum
-{
+trait Real: GemmType + AsF64 + bytemuck::Pod + num_traits::Float + std::iter::Sum {
     /// An activation function.
     fn act(a: Activation, x: Self) -> Self;
 }
@@ -262,7 +256,10 @@ fn run<T: AsF64 + bytemuck::Pod, F: Real>(io: &KernelIo, r: &Recurrent) -> Resul
                     .for_each(|((g, &a), &c)| *g = a + c);
                 let hg = &hr[b * gh..(b + 1) * gh];
                 fastmath::vectorized(|| {
-                    step(r.cell, acts, r.clip, &xg, hg, rb, rdir, pdir, &st.h, &st.c, &mut hn, &mut cn)
+                    step(
+                        r.cell, acts, r.clip, &xg, hg, rb, rdir, pdir, &st.h, &st.c, &mut hn,
+                        &mut cn,
+                    )
                 });
                 let at = if r.batch_major {
                     ((b * seq + t) * d.dirs + dir) * h
@@ -287,7 +284,10 @@ fn run<T: AsF64 + bytemuck::Pod, F: Real>(io: &KernelIo, r: &Recurrent) -> Resul
                 Ok(same) if std::any::TypeId::of::<T>() == std::any::TypeId::of::<F>() => {
                     same.iter_mut().zip(v.iter()).for_each(|(d, s)| *d = *s);
                 }
-                _ => out.iter_mut().zip(v.iter()).for_each(|(d, s)| *d = T::from_f64(AsF64::to_f64(*s))),
+                _ => out
+                    .iter_mut()
+                    .zip(v.iter())
+                    .for_each(|(d, s)| *d = T::from_f64(AsF64::to_f64(*s))),
             }
         }
     }

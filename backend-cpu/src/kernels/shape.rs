@@ -83,7 +83,8 @@ fn transpose<T: bytemuck::Pod + Send + Sync>(io: &KernelIo, t: &Transpose) -> Re
     let rows_per_task = (TRANSPOSE_TASK / inner).max(1);
     out.par_chunks_mut(inner * rows_per_task).enumerate().for_each(|(task, chunk)| {
         // An odometer over the outer dims, with the input offset kept in step.
-        let mut index = unravel(task * rows_per_task, &outer.iter().map(|d| d.0).collect::<Vec<_>>());
+        let mut index =
+            unravel(task * rows_per_task, &outer.iter().map(|d| d.0).collect::<Vec<_>>());
         let mut base: usize = index.iter().zip(outer).map(|(i, d)| i * d.1).sum();
         for dst in chunk.chunks_mut(inner) {
             if inner_step == 1 {
@@ -400,11 +401,10 @@ mod tests {
     #[test]
     fn transpose_dims_drop_unit_dims_and_merge_contiguous_neighbours() {
         // Attention's head split: batch 1 dropped, the head dim kept contiguous.
-        assert_eq!(transpose_dims(&[1, 128, 12, 32], &[0, 2, 1, 3]), vec![
-            (12, 32),
-            (128, 384),
-            (32, 1)
-        ]);
+        assert_eq!(
+            transpose_dims(&[1, 128, 12, 32], &[0, 2, 1, 3]),
+            vec![(12, 32), (128, 384), (32, 1)]
+        );
         // The identity permutation is one contiguous run.
         assert_eq!(transpose_dims(&[2, 3, 4], &[0, 1, 2]), vec![(24, 1)]);
         // A matrix transpose keeps both dims.

@@ -4,9 +4,10 @@ use onyx_core::dtype::DType;
 use onyx_core::ep::{EpError, KernelSpec};
 use onyx_core::ops::elementwise::{BINARY_OPS, Binary, BinaryKind, Variadic, VariadicKind};
 
-use super::broadcast::{Broadcast, Run};
+use super::broadcast::{Broadcast, Run, SEGMENT};
 use super::dispatch::{AsF64, FloatExt, floats, ints, numeric};
 use super::elementwise::IntOps;
+use super::fastmath::vectorized;
 use super::{CpuKernel, KernelIo, KernelRegistry, in_dtype, op, out_dtype, unsupported_dtype};
 
 /// One input's elements for a segment.
@@ -54,18 +55,27 @@ where
     let out = io.output::<O>(0)?;
     bc.for_each(out, |o, _, runs| {
         let n = o.len();
-        // An in-place operand is copied out of this segment first (a stack-sized copy).
-        let copy_a: Vec<A> = if a.is_none() { bytemuck::cast_slice(o).to_vec() } else { vec![] };
-        let copy_b: Vec<B> = if b.is_none() { bytemuck::cast_slice(o).to_vec() } else { vec![] };
+        // An in-place operand is copied out of this segment first, onto the stack
+        // (a segment is at most SEGMENT elements).
+        let mut stack_a: [A; SEGMENT];
         let sa = match a {
             Some(a) => segment(a, runs[0], n),
-            None => Seg::Slice(&copy_a),
+            None => {
+                stack_a = [bytemuck::Zeroable::zeroed(); SEGMENT];
+                stack_a[..n].copy_from_slice(bytemuck::cast_slice(o));
+                Seg::Slice(&stack_a[..n])
+            }
         };
+        let mut stack_b: [B; SEGMENT];
         let sb = match b {
             Some(b) => segment(b, runs[1], n),
-            None => Seg::Slice(&copy_b),
+            None => {
+                stack_b = [bytemuck::Zeroable::zeroed(); SEGMENT];
+                stack_b[..n].copy_from_slice(bytemuck::cast_slice(o));
+                Seg::Slice(&stack_b[..n])
+            }
         };
-        match (&sa, &sb) {
+        vectorized(|| match (&sa, &sb) {
             (Seg::Slice(x), Seg::Slice(y)) => {
                 o.iter_mut().zip(x.iter().zip(y.iter())).for_each(|(o, (&x, &y))| *o = f(x, y))
             }
@@ -76,7 +86,7 @@ where
                 o.iter_mut().zip(y.iter()).for_each(|(o, &y)| *o = f(*x, y))
             }
             (Seg::Scalar(x), Seg::Scalar(y)) => o.fill(f(*x, *y)),
-        }
+        })
     });
     Ok(())
 }

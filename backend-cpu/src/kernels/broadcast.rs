@@ -10,6 +10,12 @@ use rayon::prelude::*;
 /// segment can be copied to the stack, large enough to vectorize well.
 pub const SEGMENT: usize = 2048;
 
+/// Output elements per parallel task (a multiple of [`SEGMENT`]).
+const TASK: usize = 8 * SEGMENT;
+
+/// Below this many output elements, everything runs on the calling thread.
+const PARALLEL_MIN: usize = 32 * 1024;
+
 /// How each input maps onto rows of the output.
 #[derive(Clone, Debug)]
 pub struct Broadcast {
@@ -101,6 +107,10 @@ impl Broadcast {
 
     /// Calls `f(output_range, runs)` for every segment, in parallel, with one
     /// [`Run`] per input. `out` is split so each call gets its own output slice.
+    ///
+    /// A task covers whole rows, about `TASK` elements (one row, split into
+    /// segments across tasks, when rows are longer), so short rows do not cost
+    /// a task each; the runs buffer is allocated once per task.
     pub fn for_each<T: Send, F>(&self, out: &mut [T], f: F)
     where
         F: Fn(&mut [T], Range<usize>, &[Run]) + Sync + Send,
@@ -110,21 +120,36 @@ impl Broadcast {
         }
         let row_len = self.row_len();
         let n_inputs = self.strides.len();
-        let work = |(seg_index, chunk): (usize, &mut [T])| {
-            let segs_per_row = row_len.div_ceil(SEGMENT);
-            let row = seg_index / segs_per_row;
-            let within = (seg_index % segs_per_row) * SEGMENT;
+        let segment = |runs: &mut Vec<Run>, row: usize, within: usize, seg: &mut [T]| {
+            runs.clear();
+            runs.extend((0..n_inputs).map(|i| self.run(i, row, within)));
             let start = row * row_len + within;
-            let runs: Vec<Run> = (0..n_inputs).map(|i| self.run(i, row, within)).collect();
-            f(chunk, start..start + chunk.len(), &runs);
+            f(seg, start..start + seg.len(), runs);
         };
-        // Segments never cross rows: chunk each row separately.
-        let segments: Vec<&mut [T]> =
-            out.chunks_mut(row_len).flat_map(|row| row.chunks_mut(SEGMENT)).collect();
-        if segments.len() > 1 && self.numel >= 32 * 1024 {
-            segments.into_par_iter().enumerate().for_each(work);
+        let rows_per_task = (TASK / row_len).max(1);
+        let task = |(t, chunk): (usize, &mut [T])| {
+            let mut runs = Vec::with_capacity(n_inputs);
+            for (r, row) in chunk.chunks_mut(row_len).enumerate() {
+                for (s, seg) in row.chunks_mut(SEGMENT).enumerate() {
+                    segment(&mut runs, t * rows_per_task + r, s * SEGMENT, seg);
+                }
+            }
+        };
+        if self.numel < PARALLEL_MIN {
+            task((0, out));
+        } else if row_len <= TASK {
+            out.par_chunks_mut(row_len * rows_per_task).enumerate().for_each(task);
         } else {
-            segments.into_iter().enumerate().for_each(work);
+            out.par_chunks_mut(row_len).enumerate().for_each(|(row, r)| {
+                r.par_chunks_mut(TASK).enumerate().for_each_init(
+                    || Vec::with_capacity(n_inputs),
+                    |runs, (t, part)| {
+                        for (s, seg) in part.chunks_mut(SEGMENT).enumerate() {
+                            segment(runs, row, t * TASK + s * SEGMENT, seg);
+                        }
+                    },
+                );
+            });
         }
     }
 }
@@ -176,5 +201,16 @@ mod tests {
         let g0 = gather(&b, 0);
         assert_eq!(g0, (0..2 * n).collect::<Vec<_>>());
         assert_eq!(gather(&b, 1)[n + 3], 1);
+    }
+
+    #[test]
+    fn parallel_tasks_cover_short_and_long_rows() {
+        let b = Broadcast::new(&[300, 384], &[&[300, 384], &[384]]);
+        assert_eq!(gather(&b, 0), (0..300 * 384).collect::<Vec<_>>());
+        assert_eq!(gather(&b, 1), (0..300 * 384).map(|i| i % 384).collect::<Vec<_>>());
+        let n = TASK * 2 + 7;
+        let b = Broadcast::new(&[2, n], &[&[2, n], &[2, 1]]);
+        assert_eq!(gather(&b, 0), (0..2 * n).collect::<Vec<_>>());
+        assert_eq!(gather(&b, 1), (0..2 * n).map(|i| i / n).collect::<Vec<_>>());
     }
 }

@@ -184,10 +184,10 @@ fn put_packed(out: &mut [u8], bits: usize, i: usize, code: u32) {
     let shifted = (code << (pos % 8)) & mask;
     let (lo, hi) = (pos / 8, pos / 8 + 1);
     out[lo] = (out[lo] & !(mask as u8)) | shifted as u8;
-    if mask > 0xFF {
-        if let Some(b) = out.get_mut(hi) {
-            *b = (*b & !((mask >> 8) as u8)) | (shifted >> 8) as u8;
-        }
+    if mask > 0xFF
+        && let Some(b) = out.get_mut(hi)
+    {
+        *b = (*b & !((mask >> 8) as u8)) | (shifted >> 8) as u8;
     }
 }
 

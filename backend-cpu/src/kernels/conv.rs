@@ -7,6 +7,7 @@ use onyx_core::ops::conv::{Conv, Geometry};
 use onyx_core::shape::Dim;
 use rayon::prelude::*;
 
+use super::fastmath::vectorized;
 use super::matmul::{GemmType, Mat, gemm_into};
 use super::{CpuKernel, KernelIo, KernelRegistry, in_dtype, op, unsupported_dtype};
 
@@ -99,43 +100,45 @@ fn depthwise2d(io: &KernelIo, xs: &[usize], mg: usize, geo: &Geometry) -> Result
     };
     let out = io.output::<f32>(0)?;
     out.par_chunks_mut((oh * ow).max(1)).enumerate().for_each(|(plane, dst)| {
-        let (b, om) = (plane / m, plane % m);
-        let src = &x[(b * c + om / mg) * h * w..][..h * w];
-        let k = &wt[om * kh * kw..][..kh * kw];
-        let start = bias.map_or(0.0, |bs| bs[om]);
-        for oy in 0..oh {
-            let drow = &mut dst[oy * ow..][..ow];
-            drow.fill(start);
-            for ky in 0..kh {
-                let iy = (oy * sh + ky * dh) as isize - ph;
-                if iy < 0 || iy >= h as isize {
-                    continue;
-                }
-                let srow = &src[iy as usize * w..][..w];
-                for kx in 0..kw {
-                    let kv = k[ky * kw + kx];
-                    // Output column ox reads input column ox·sw + off; keep those inside.
-                    let off = (kx * dw) as isize - pw;
-                    let lo = if off < 0 { (-off as usize).div_ceil(sw) } else { 0 }.min(ow);
-                    let last = w as isize - 1 - off;
-                    let hi = if last < 0 { 0 } else { (last as usize / sw + 1).min(ow) };
-                    if lo >= hi {
+        vectorized(|| {
+            let (b, om) = (plane / m, plane % m);
+            let src = &x[(b * c + om / mg) * h * w..][..h * w];
+            let k = &wt[om * kh * kw..][..kh * kw];
+            let start = bias.map_or(0.0, |bs| bs[om]);
+            for oy in 0..oh {
+                let drow = &mut dst[oy * ow..][..ow];
+                drow.fill(start);
+                for ky in 0..kh {
+                    let iy = (oy * sh + ky * dh) as isize - ph;
+                    if iy < 0 || iy >= h as isize {
                         continue;
                     }
-                    let first = (lo * sw) as isize + off;
-                    if sw == 1 {
-                        let s = &srow[first as usize..first as usize + (hi - lo)];
-                        for (d, &v) in drow[lo..hi].iter_mut().zip(s) {
-                            *d += v * kv;
+                    let srow = &src[iy as usize * w..][..w];
+                    for kx in 0..kw {
+                        let kv = k[ky * kw + kx];
+                        // Output column ox reads input column ox·sw + off; keep those inside.
+                        let off = (kx * dw) as isize - pw;
+                        let lo = if off < 0 { (-off as usize).div_ceil(sw) } else { 0 }.min(ow);
+                        let last = w as isize - 1 - off;
+                        let hi = if last < 0 { 0 } else { (last as usize / sw + 1).min(ow) };
+                        if lo >= hi {
+                            continue;
                         }
-                    } else {
-                        for (j, d) in drow[lo..hi].iter_mut().enumerate() {
-                            *d += srow[first as usize + j * sw] * kv;
+                        let first = (lo * sw) as isize + off;
+                        if sw == 1 {
+                            let s = &srow[first as usize..first as usize + (hi - lo)];
+                            for (d, &v) in drow[lo..hi].iter_mut().zip(s) {
+                                *d += v * kv;
+                            }
+                        } else {
+                            for (j, d) in drow[lo..hi].iter_mut().enumerate() {
+                                *d += srow[first as usize + j * sw] * kv;
+                            }
                         }
                     }
                 }
             }
-        }
+        })
     });
     Ok(())
 }

@@ -6,6 +6,7 @@ use onyx_core::ops::elementwise::{Clip, UNARY_OPS, Unary, UnaryKind};
 use rayon::prelude::*;
 
 use super::dispatch::{AsF64, FloatExt, floats, ints};
+use super::fastmath::{self, vectorized};
 use super::{CpuKernel, KernelIo, KernelRegistry, in_dtype, op, unsupported_dtype};
 
 const PAR_MIN: usize = 16 * 1024;
@@ -17,10 +18,11 @@ where
 {
     let out = io.output::<T>(0)?;
     if io.aliased(0, 0) {
+        let run = |c: &mut [T]| vectorized(|| c.iter_mut().for_each(|x| *x = f(*x)));
         if out.len() >= PAR_MIN {
-            out.par_chunks_mut(4096).for_each(|c| c.iter_mut().for_each(|x| *x = f(*x)));
+            out.par_chunks_mut(4096).for_each(run);
         } else {
-            out.iter_mut().for_each(|x| *x = f(*x));
+            run(out);
         }
         return Ok(());
     }
@@ -35,12 +37,13 @@ where
 {
     let x = io.input::<T>(0)?;
     let out = io.output::<U>(0)?;
+    let run = |o: &mut [U], i: &[T]| {
+        vectorized(|| o.iter_mut().zip(i).for_each(|(o, &i)| *o = f(i)));
+    };
     if out.len() >= PAR_MIN {
-        out.par_chunks_mut(4096)
-            .zip(x.par_chunks(4096))
-            .for_each(|(o, i)| o.iter_mut().zip(i).for_each(|(o, &i)| *o = f(i)));
+        out.par_chunks_mut(4096).zip(x.par_chunks(4096)).for_each(|(o, i)| run(o, i));
     } else {
-        out.iter_mut().zip(x).for_each(|(o, &i)| *o = f(i));
+        run(out, x);
     }
     Ok(())
 }
@@ -62,6 +65,28 @@ fn sigmoid<F: FloatExt>(x: F) -> F {
 
 fn softplus<F: FloatExt>(x: F) -> F {
     if x > F::zero() { x + (-x).exp().ln_1p() } else { x.exp().ln_1p() }
+}
+
+/// The f32 ops that have a vectorizable form in [`fastmath`], or `None`.
+fn fast_f32(kind: UnaryKind, io: &KernelIo) -> Option<Result<(), EpError>> {
+    use UnaryKind::*;
+    use std::f32::consts::{FRAC_1_SQRT_2, FRAC_2_PI};
+    Some(match kind {
+        Exp => map_same(io, fastmath::exp),
+        Erf => map_same(io, fastmath::erf),
+        Tanh => map_same(io, fastmath::tanh),
+        Sigmoid => map_same(io, fastmath::sigmoid),
+        Gelu { tanh_approximation: false } => {
+            map_same(io, |x: f32| 0.5 * x * (1.0 + fastmath::erf(x * FRAC_1_SQRT_2)))
+        }
+        Gelu { tanh_approximation: true } => {
+            let k = FRAC_2_PI.sqrt();
+            map_same(io, move |x: f32| {
+                0.5 * x * (1.0 + fastmath::tanh(k * (x + 0.044715 * x * x * x)))
+            })
+        }
+        _ => return None,
+    })
 }
 
 fn float_unary<F: FloatExt>(kind: UnaryKind, io: &KernelIo) -> Result<(), EpError> {
@@ -234,6 +259,11 @@ impl CpuKernel for UnaryKernel {
     fn run(&self, io: &mut KernelIo) -> Result<(), EpError> {
         if self.kind == UnaryKind::Not {
             return map_same(io, |x: u8| (x == 0) as u8);
+        }
+        if self.dtype == DType::F32
+            && let Some(done) = fast_f32(self.kind, io)
+        {
+            return done;
         }
         floats!(self.dtype, F => float_unary::<F>(self.kind, io),
             else ints!(self.dtype, T => int_unary::<T>(self.kind, io),

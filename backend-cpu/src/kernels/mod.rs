@@ -17,6 +17,7 @@ mod dispatch;
 mod domains;
 mod einsum;
 mod elementwise;
+mod fastmath;
 mod indexing;
 mod matmul;
 mod microsoft;

@@ -7,6 +7,7 @@ use onyx_core::ops::nn::{BatchNorm, Softmax, SoftmaxKind};
 use rayon::prelude::*;
 
 use super::dispatch::{AsF64, floats};
+use super::fastmath::{self, vectorized};
 use super::{CpuKernel, KernelIo, KernelRegistry, in_dtype, op, unsupported_dtype};
 
 /// Output 0, after copying input 0 into it unless they already share the buffer.
@@ -77,6 +78,25 @@ fn softmax<T: AsF64 + bytemuck::Pod + Send + Sync>(
     Ok(())
 }
 
+/// Rows per rayon task in the f32 softmax: about 16K elements, so short rows
+/// (attention's 128) do not cost a task each.
+const SOFTMAX_TASK: usize = 16 * 1024;
+
+/// Softmax (or log-softmax) of one f32 row, in place.
+#[inline(always)]
+fn softmax_row(row: &mut [f32], log: bool) {
+    let max = fastmath::max(row);
+    if log {
+        let sum = fastmath::sum_f32(row, |v| fastmath::exp(v - max));
+        let shift = max + sum.ln();
+        row.iter_mut().for_each(|v| *v -= shift);
+    } else {
+        row.iter_mut().for_each(|v| *v = fastmath::exp(*v - max));
+        let inv = 1.0 / fastmath::sum_f32(row, |v| v);
+        row.iter_mut().for_each(|v| *v *= inv);
+    }
+}
+
 /// f32 softmax over contiguous rows: the hot path of attention.
 fn softmax_f32_rows(io: &KernelIo, s: &Softmax) -> Result<bool, EpError> {
     let shape = io.in_view(0)?.shape.clone();
@@ -86,21 +106,9 @@ fn softmax_f32_rows(io: &KernelIo, s: &Softmax) -> Result<bool, EpError> {
     }
     let data = output_from_input::<f32>(io)?;
     let log = s.kind == SoftmaxKind::LogSoftmax;
-    data.par_chunks_mut(len).for_each(|row| {
-        let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        if log {
-            let sum: f32 = row.iter().map(|&v| (v - max).exp()).sum();
-            let shift = max + sum.ln();
-            row.iter_mut().for_each(|v| *v -= shift);
-        } else {
-            let mut sum = 0f32;
-            row.iter_mut().for_each(|v| {
-                *v = (*v - max).exp();
-                sum += *v;
-            });
-            let inv = 1.0 / sum;
-            row.iter_mut().for_each(|v| *v *= inv);
-        }
+    let task = len * (SOFTMAX_TASK / len).max(1);
+    data.par_chunks_mut(task).for_each(|rows| {
+        vectorized(|| rows.chunks_mut(len).for_each(|row| softmax_row(row, log)));
     });
     Ok(true)
 }
@@ -129,7 +137,11 @@ struct BatchNormKernel {
     param_dtype: DType,
 }
 
-fn batch_norm<T: AsF64 + bytemuck::Pod + Send + Sync, P: AsF64 + bytemuck::Pod>(
+fn is_f32<T: 'static>() -> bool {
+    std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>()
+}
+
+fn batch_norm<T: AsF64 + bytemuck::Pod + Send + Sync + 'static, P: AsF64 + bytemuck::Pod>(
     io: &KernelIo,
     eps: f64,
 ) -> Result<(), EpError> {
@@ -151,6 +163,17 @@ fn batch_norm<T: AsF64 + bytemuck::Pod + Send + Sync, P: AsF64 + bytemuck::Pod>(
     let b: Vec<f64> = (0..channels).map(|c| bias[c] - mean[c] * a[c]).collect();
     let data = output_from_input::<T>(io)?;
     if inner == 0 {
+        return Ok(());
+    }
+    if let Some(data) = bytemuck::try_cast_slice_mut::<T, f32>(data).ok().filter(|_| is_f32::<T>())
+    {
+        // f32: the folded affine map in f32, vectorized.
+        let (a, b): (Vec<f32>, Vec<f32>) =
+            a.iter().zip(&b).map(|(&a, &b)| (a as f32, b as f32)).unzip();
+        data.par_chunks_mut(inner).enumerate().for_each(|(plane, row)| {
+            let (a, b) = (a[plane % channels], b[plane % channels]);
+            vectorized(|| row.iter_mut().for_each(|v| *v = *v * a + b));
+        });
         return Ok(());
     }
     data.par_chunks_mut(inner).enumerate().for_each(|(plane, row)| {

@@ -1,7 +1,9 @@
 //! The layer-normalization family: LayerNormalization, the RMS forms
 //! (RMSNormalization, SimplifiedLayerNormalization) and onnxruntime's
 //! SkipLayerNormalization and SkipSimplifiedLayerNormalization. Rows are
-//! computed in f64; statistics are written in each output's own dtype.
+//! computed in f64, except LayerNormalization in f32, which normalizes in f32
+//! and accumulates its sums in f64; statistics are written in each output's
+//! own dtype.
 
 use onyx_core::dtype::DType;
 use onyx_core::ep::{EpError, KernelSpec};
@@ -10,6 +12,7 @@ use onyx_core::ops::norm::{LayerNorm, SkipNorm};
 use rayon::prelude::*;
 
 use super::dispatch::{AsF64, floats};
+use super::fastmath::{self, vectorized};
 use super::nn::{is_float, output_from_input};
 use super::{CpuKernel, KernelIo, KernelRegistry, in_dtype, op, out_dtype, unsupported_dtype};
 
@@ -83,6 +86,76 @@ fn layer_norm<T: AsF64 + bytemuck::Pod + Send + Sync>(
     write_stats(io, 2, &invs)
 }
 
+/// Rows per rayon task in the f32 path: about 16K elements.
+const NORM_TASK: usize = 16 * 1024;
+
+/// Normalizes one f32 row in place; returns its `(mean, 1 / deviation)`.
+#[inline(always)]
+fn norm_row_f32(
+    row: &mut [f32],
+    scale: &[f32],
+    bias: Option<&[f32]>,
+    rms: bool,
+    eps: f64,
+) -> (f64, f64) {
+    let n = row.len() as f64;
+    let (mean, inv) = if rms {
+        let sq = fastmath::sum_f64(row, |v| v as f64 * v as f64);
+        (0.0, 1.0 / (sq / n + eps).sqrt())
+    } else {
+        let mean = fastmath::sum_f64(row, |v| v as f64) / n;
+        let var = fastmath::sum_f64(row, |v| (v as f64 - mean) * (v as f64 - mean)) / n;
+        (mean, 1.0 / (var + eps).sqrt())
+    };
+    let (m, s) = (mean as f32, inv as f32);
+    match bias {
+        Some(bias) => {
+            row.iter_mut().zip(scale).zip(bias).for_each(|((v, &g), &b)| *v = (*v - m) * s * g + b)
+        }
+        None => row.iter_mut().zip(scale).for_each(|(v, &g)| *v = (*v - m) * s * g),
+    }
+    (mean, inv)
+}
+
+/// LayerNormalization in f32 with a full-length scale (and bias): no f64
+/// copies of rows or parameters. Returns false (nothing done) for other shapes.
+fn layer_norm_f32(io: &KernelIo, ln: &LayerNorm) -> Result<bool, EpError> {
+    let shape = io.in_view(0)?.shape.clone();
+    let axis = ln.axis(shape.len()).map_err(|e| EpError::Kernel(e.to_string()))?;
+    let len: usize = shape[axis..].iter().product();
+    let f32_param = |i: usize| io.input_view(i).is_none_or(|v| v.dtype == DType::F32);
+    if !f32_param(1) || !f32_param(2) {
+        return Ok(false);
+    }
+    let scale = io.input::<f32>(1)?;
+    let bias = match !ln.rms && io.input_view(2).is_some() {
+        true => Some(io.input::<f32>(2)?),
+        false => None,
+    };
+    if len == 0 || scale.len() != len || bias.is_some_and(|b| b.len() != len) {
+        return Ok(false);
+    }
+    let eps = ln.epsilon as f64;
+    let data = output_from_input::<f32>(io)?;
+    let mut stats = vec![(0f64, 0f64); data.len() / len];
+    let per = (NORM_TASK / len).max(1);
+    data.par_chunks_mut(len * per).zip(stats.par_chunks_mut(per)).for_each(|(rows, st)| {
+        vectorized(|| {
+            for (row, st) in rows.chunks_mut(len).zip(st) {
+                *st = norm_row_f32(row, scale, bias, ln.rms, eps);
+            }
+        });
+    });
+    let (means, invs): (Vec<f64>, Vec<f64>) = stats.into_iter().unzip();
+    if ln.rms {
+        write_stats(io, 1, &invs)?;
+    } else {
+        write_stats(io, 1, &means)?;
+        write_stats(io, 2, &invs)?;
+    }
+    Ok(true)
+}
+
 fn skip_norm<T: AsF64 + bytemuck::Pod + Send + Sync>(
     io: &KernelIo,
     sn: &SkipNorm,
@@ -142,6 +215,9 @@ struct LayerNormKernel {
 
 impl CpuKernel for LayerNormKernel {
     fn run(&self, io: &mut KernelIo) -> Result<(), EpError> {
+        if self.dtype == DType::F32 && layer_norm_f32(io, &self.op)? {
+            return Ok(());
+        }
         floats!(self.dtype, T => layer_norm::<T>(io, &self.op),
             else Err(unsupported_dtype("LayerNormalization", self.dtype)))
     }
@@ -166,10 +242,10 @@ fn float_io(spec: &KernelSpec<'_>, stats: std::ops::Range<usize>) -> Result<DTyp
         return Err(unsupported_dtype(&spec.node.op_type, dtype));
     }
     for o in stats {
-        if let Ok(d) = out_dtype(spec, o) {
-            if !is_float(d) {
-                return Err(unsupported_dtype(&spec.node.op_type, d));
-            }
+        if let Ok(d) = out_dtype(spec, o)
+            && !is_float(d)
+        {
+            return Err(unsupported_dtype(&spec.node.op_type, d));
         }
     }
     Ok(dtype)

@@ -87,10 +87,11 @@ fn pool2d<T: AsF64 + bytemuck::Pod + PartialOrd + Send + Sync>(
             for kx in 0..kw {
                 let ix = (ox * sw + kx * dw) as isize - pw;
                 if iy < 0 || iy >= h as isize || ix < 0 || ix >= w as isize {
-                    if let PoolKind::Average { count_include_pad: true } = p.kind {
-                        if iy < eh && ix < ew {
-                            count += 1;
-                        }
+                    if let PoolKind::Average { count_include_pad: true } = p.kind
+                        && iy < eh
+                        && ix < ew
+                    {
+                        count += 1;
                     }
                     continue;
                 }
@@ -190,10 +191,10 @@ fn pool<T: AsF64 + bytemuck::Pod + PartialOrd + Send + Sync>(
                     }
                 }
                 None => {
-                    if let PoolKind::Average { count_include_pad: true } = p.kind {
-                        if in_padded {
-                            count += 1;
-                        }
+                    if let PoolKind::Average { count_include_pad: true } = p.kind
+                        && in_padded
+                    {
+                        count += 1;
                     }
                 }
             }

@@ -215,12 +215,10 @@ fn build_dequantize(spec: &KernelSpec<'_>) -> Result<Box<dyn CpuKernel>, EpError
         return Err(unsupported_dtype("DequantizeLinear", s));
     }
     let use_zero = !is_float8(x) && x != DType::F4E2M1;
-    if let Some(z) = zero.filter(|_| use_zero) {
-        if z != x {
-            return Err(EpError::Kernel(format!(
-                "DequantizeLinear zero point is {z} but x is {x}"
-            )));
-        }
+    if let Some(z) = zero.filter(|_| use_zero)
+        && z != x
+    {
+        return Err(EpError::Kernel(format!("DequantizeLinear zero point is {z} but x is {x}")));
     }
     Ok(Box::new(DequantizeKernel { op: d, x, use_zero, wide: zero == Some(DType::I32), out }))
 }

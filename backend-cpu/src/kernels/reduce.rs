@@ -5,6 +5,7 @@ use onyx_core::ep::{EpError, KernelSpec};
 use onyx_core::ops::reduce::{ArgReduce, Reduce, ReduceKind};
 
 use super::dispatch::{AsF64, floats, ints, numeric};
+use super::fastmath::{self, vectorized};
 use super::{CpuKernel, KernelIo, KernelRegistry, in_dtype, op, unsupported_dtype};
 
 /// For each input element in order, the index of the output element it reduces into.
@@ -90,6 +91,66 @@ fn reduce_float<T: AsF64 + bytemuck::Pod>(
         });
     }
     Ok(())
+}
+
+/// `(outer, reduced, inner)` when the reduced axes are one contiguous block of
+/// dims (after dropping size-1 dims), else `None`.
+fn contiguous_block(shape: &[usize], axes: &[usize]) -> Option<(usize, usize, usize)> {
+    let reduced: Vec<usize> = axes.iter().copied().filter(|&d| shape[d] != 1).collect();
+    let (first, last) = (*reduced.iter().min()?, *reduced.iter().max()?);
+    let between = (first..=last).filter(|d| shape[*d] != 1).all(|d| reduced.contains(&d));
+    between.then(|| {
+        let p = |r: &[usize]| r.iter().product::<usize>();
+        (p(&shape[..first]), p(&shape[first..=last]), p(&shape[last + 1..]))
+    })
+}
+
+/// f32 sums (Sum, Mean, SumSquare, L1, L2) over one contiguous block of axes:
+/// vectorized, f64 accumulators, no index map. Returns false (nothing done)
+/// for other kinds and layouts.
+fn reduce_f32_sums(
+    io: &KernelIo,
+    kind: ReduceKind,
+    axes: &[usize],
+    shape: &[usize],
+) -> Result<bool, EpError> {
+    use ReduceKind::*;
+    let Some((_, len, inner)) = contiguous_block(shape, axes) else { return Ok(false) };
+    if !matches!(kind, Sum | Mean | SumSquare | L1 | L2) || len == 0 || inner == 0 {
+        return Ok(false);
+    }
+    let x = io.input::<f32>(0)?;
+    let out = io.output::<f32>(0)?;
+    let term = move |v: f32| -> f64 {
+        let v = v as f64;
+        match kind {
+            SumSquare | L2 => v * v,
+            L1 => v.abs(),
+            _ => v,
+        }
+    };
+    let finish = move |a: f64| -> f32 {
+        (match kind {
+            Mean => a / len as f64,
+            L2 => a.sqrt(),
+            _ => a,
+        }) as f32
+    };
+    let mut acc = vec![0f64; inner];
+    vectorized(|| {
+        for (o, block) in out.chunks_mut(inner).zip(x.chunks(len * inner)) {
+            if inner == 1 {
+                o[0] = finish(fastmath::sum_f64(block, term));
+                continue;
+            }
+            acc.fill(0.0);
+            for row in block.chunks(inner) {
+                acc.iter_mut().zip(row).for_each(|(a, &v)| *a += term(v));
+            }
+            o.iter_mut().zip(&acc).for_each(|(o, &a)| *o = finish(a));
+        }
+    });
+    Ok(true)
 }
 
 trait IntElem: AsF64 + bytemuck::Pod {
@@ -179,6 +240,9 @@ impl CpuKernel for ReduceKernel {
             return Ok(());
         }
         let kind = self.op.kind;
+        if self.dtype == DType::F32 && reduce_f32_sums(io, kind, &axes, &shape)? {
+            return Ok(());
+        }
         floats!(self.dtype, T => reduce_float::<T>(io, kind, &axes, &shape),
             else ints!(self.dtype, T => reduce_int::<T>(io, kind, &axes, &shape),
             else Err(unsupported_dtype("reduction", self.dtype))))
@@ -269,6 +333,14 @@ pub fn register_all(r: &mut KernelRegistry) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn contiguous_blocks_ignore_unit_dims_and_reject_gaps() {
+        assert_eq!(contiguous_block(&[1, 128, 384], &[1]), Some((1, 128, 384)));
+        assert_eq!(contiguous_block(&[2, 3, 1, 4], &[1, 3]), Some((2, 12, 1)));
+        assert_eq!(contiguous_block(&[2, 3, 4], &[0, 2]), None);
+        assert_eq!(contiguous_block(&[2, 1, 4], &[1]), None);
+    }
 
     #[test]
     fn output_index_drops_reduced_axes() {

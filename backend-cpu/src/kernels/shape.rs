@@ -40,29 +40,68 @@ macro_rules! movement_kernel {
     };
 }
 
+/// Output elements per Transpose task.
+const TRANSPOSE_TASK: usize = 16 * 1024;
+
+/// The output dims of a transpose with the input stride of each, size-1 dims
+/// dropped and neighbours merged where the input is contiguous across them
+/// (`[1, 128, 12, 32]` by `[0, 2, 1, 3]` becomes `[12, 128, 32]`).
+fn transpose_dims(shape: &[usize], perm: &[usize]) -> Vec<(usize, usize)> {
+    let in_strides = strides(shape);
+    let mut dims: Vec<(usize, usize)> = Vec::new();
+    for &p in perm {
+        let (size, stride) = (shape[p], in_strides[p]);
+        if size == 1 {
+            continue;
+        }
+        match dims.last_mut() {
+            Some(last) if last.1 == stride * size => *last = (last.0 * size, stride),
+            _ => dims.push((size, stride)),
+        }
+    }
+    dims
+}
+
 fn transpose<T: bytemuck::Pod + Send + Sync>(io: &KernelIo, t: &Transpose) -> Result<(), EpError> {
     let shape = io.in_view(0)?.shape.clone();
     let perm = t.perm(shape.len()).map_err(|e| EpError::Kernel(e.to_string()))?;
     let x = io.input::<T>(0)?;
     let out = io.output::<T>(0)?;
-    let in_strides = strides(&shape);
-    let out_dims: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
-    // For each output dim, the stride to step in the input.
-    let step: Vec<usize> = perm.iter().map(|&p| in_strides[p]).collect();
-    let Some(&inner) = out_dims.last() else {
+    if out.is_empty() {
+        return Ok(());
+    }
+    let dims = transpose_dims(&shape, &perm);
+    let Some(&(inner, inner_step)) = dims.last() else {
         out.copy_from_slice(x);
         return Ok(());
     };
-    if inner == 0 || out.is_empty() {
+    if dims.len() == 1 && inner_step == 1 {
+        out.copy_from_slice(x);
         return Ok(());
     }
-    let inner_step = step[step.len() - 1];
-    let outer_dims = &out_dims[..out_dims.len() - 1];
-    out.par_chunks_mut(inner).enumerate().for_each(|(row, dst)| {
-        let pos = unravel(row, outer_dims);
-        let base: usize = pos.iter().zip(&step).map(|(i, s)| i * s).sum();
-        for (j, d) in dst.iter_mut().enumerate() {
-            *d = x[base + j * inner_step];
+    let outer = &dims[..dims.len() - 1];
+    let rows_per_task = (TRANSPOSE_TASK / inner).max(1);
+    out.par_chunks_mut(inner * rows_per_task).enumerate().for_each(|(task, chunk)| {
+        // An odometer over the outer dims, with the input offset kept in step.
+        let mut index =
+            unravel(task * rows_per_task, &outer.iter().map(|d| d.0).collect::<Vec<_>>());
+        let mut base: usize = index.iter().zip(outer).map(|(i, d)| i * d.1).sum();
+        for dst in chunk.chunks_mut(inner) {
+            if inner_step == 1 {
+                dst.copy_from_slice(&x[base..base + inner]);
+            } else {
+                let src = &x[base..];
+                dst.iter_mut().enumerate().for_each(|(j, d)| *d = src[j * inner_step]);
+            }
+            for d in (0..outer.len()).rev() {
+                index[d] += 1;
+                base += outer[d].1;
+                if index[d] < outer[d].0 {
+                    break;
+                }
+                base -= outer[d].1 * outer[d].0;
+                index[d] = 0;
+            }
         }
     });
     Ok(())
@@ -353,4 +392,22 @@ pub fn register_all(r: &mut KernelRegistry) {
         }
         Ok(Box::new(RangeKernel { dtype }))
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transpose_dims_drop_unit_dims_and_merge_contiguous_neighbours() {
+        // Attention's head split: batch 1 dropped, the head dim kept contiguous.
+        assert_eq!(
+            transpose_dims(&[1, 128, 12, 32], &[0, 2, 1, 3]),
+            vec![(12, 32), (128, 384), (32, 1)]
+        );
+        // The identity permutation is one contiguous run.
+        assert_eq!(transpose_dims(&[2, 3, 4], &[0, 1, 2]), vec![(24, 1)]);
+        // A matrix transpose keeps both dims.
+        assert_eq!(transpose_dims(&[3, 5], &[1, 0]), vec![(5, 1), (3, 5)]);
+    }
 }

@@ -9,6 +9,8 @@ use onyx_core::graph::MICROSOFT_DOMAIN;
 use onyx_core::ops::recurrent::DynamicQuantizeLstm;
 
 use super::super::attention::store;
+use std::borrow::Cow;
+
 use super::super::recurrent::{Layer, run_layer, sequence_lens};
 use super::super::{CpuKernel, KernelIo, KernelRegistry, op};
 use super::{kernel_err, load_f32, load_opt};
@@ -74,20 +76,20 @@ impl CpuKernel for QuantizedLstmKernel {
         let (seq, batch) = if r.batch_major { (b, a) } else { (a, b) };
         let (dirs, h) = (r.directions(), r.hidden);
         let f64s = |v: Vec<f32>| v.into_iter().map(f64::from).collect::<Vec<f64>>();
-        let opt = |i: usize, len: usize| -> Result<Option<Vec<f64>>, EpError> {
+        let opt = |i: usize, len: usize| -> Result<Option<Cow<'static, [f64]>>, EpError> {
             match load_opt(io, i)? {
                 Some(v) if v.len() != len => Err(kernel_err(format!(
                     "DynamicQuantizeLSTM: input {i} has {} elements, expected {len}",
                     v.len()
                 ))),
-                v => Ok(v.map(f64s)),
+                v => Ok(v.map(|v| Cow::Owned(f64s(v)))),
             }
         };
         let layer = Layer {
-            x: f64s(load_f32(io, 0)?),
-            w: dequantize(io, (1, 8, 9), (dirs, input, 4 * h))?,
-            r: dequantize(io, (2, 10, 11), (dirs, h, 4 * h))?,
-            bias: opt(3, dirs * 8 * h)?.unwrap_or_else(|| vec![0.0; dirs * 8 * h]),
+            x: Cow::Owned(f64s(load_f32(io, 0)?)),
+            w: Cow::Owned(dequantize(io, (1, 8, 9), (dirs, input, 4 * h))?),
+            r: Cow::Owned(dequantize(io, (2, 10, 11), (dirs, h, 4 * h))?),
+            bias: opt(3, dirs * 8 * h)?.unwrap_or_else(|| Cow::Owned(vec![0.0; dirs * 8 * h])),
             lens: sequence_lens(io, 4, seq, batch)?,
             h0: opt(5, dirs * batch * h)?,
             c0: opt(6, dirs * batch * h)?,

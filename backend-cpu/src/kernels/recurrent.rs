@@ -286,7 +286,7 @@ pub(crate) fn run_layer<F: Real>(r: &Recurrent, xs: &[usize], l: &Layer<'_, F>) 
             v.as_ref().map_or(vec![zero; h], |v| v[at..at + h].to_vec())
         };
         let mut state: Vec<State<F>> =
-            (0..batch).map(|b| State { h: init(&h0, b), c: init(&c0, b) }).collect();
+            (0..batch).map(|b| State { h: init(h0, b), c: init(c0, b) }).collect();
         for s in 0..seq {
             for (b, st) in state.iter().enumerate() {
                 hs[b * h..(b + 1) * h].copy_from_slice(&st.h);

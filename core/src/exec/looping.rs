@@ -11,8 +11,8 @@
 use crate::dtype::DType;
 use crate::error::{Error, OpError};
 use crate::graph::{Node, ValueId};
-use crate::ops::downcast;
 use crate::ops::looping::{Loop, Scan, SequenceMap, norm_axis};
+use crate::ops::{Fact, downcast};
 use crate::plan::MemoryFigures;
 use crate::tensor::Tensor;
 
@@ -40,6 +40,12 @@ fn merge(acc: &mut Option<MemoryFigures>, f: MemoryFigures) {
         a.live_set_bound = f.live_set_bound;
         a.timeline = f.timeline;
     }
+}
+
+/// The dtype and (where known) dims of a body output's slices: what a scan
+/// output stacks, and its shape when there were no iterations.
+fn slice_type(f: Option<&Fact>) -> (DType, Vec<usize>) {
+    (f.map_or(DType::F32, |f| f.dtype), f.and_then(|f| f.dims()).unwrap_or_default())
 }
 
 impl Exec<'_> {
@@ -212,9 +218,7 @@ impl Exec<'_> {
         let facts = body.output_facts();
         let mut outs = carried;
         for (j, parts) in scans.iter().enumerate() {
-            let f = facts[1 + n + j].as_ref();
-            let dtype = f.map_or(DType::F32, |f| f.dtype);
-            let empty = f.and_then(|f| f.dims()).unwrap_or_default();
+            let (dtype, empty) = slice_type(facts[1 + n + j].as_ref());
             let t = stack(parts, 0, dtype, &empty)?;
             outs.push(self.host_val(&t, "a scan output")?);
         }
@@ -338,9 +342,7 @@ impl Exec<'_> {
                 if sc.output_reverse[j] {
                     parts.reverse();
                 }
-                let f = facts[n + j].as_ref();
-                let dtype = f.map_or(DType::F32, |f| f.dtype);
-                let empty = f.and_then(|f| f.dims()).unwrap_or_default();
+                let (dtype, empty) = slice_type(facts[n + j].as_ref());
                 let rank = parts.first().map_or(empty.len(), |p| p.shape().len());
                 let axis = if sc.batched { 0 } else { sc.output_axes[j] };
                 let axis = norm_axis(axis, rank + 1)

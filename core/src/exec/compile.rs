@@ -13,6 +13,7 @@ use crate::ep::{EpError, ExecutionProvider, KernelId, KernelSpec, TensorArg};
 use crate::error::{Error, OpError};
 use crate::graph::{Attributes, Graph, Node, NodeId, TypeInfo, ValueId, ValueInfo};
 use crate::ops::control::DeviceCopy;
+use crate::ops::decompose::Builder;
 use crate::ops::generate::Cast;
 use crate::ops::sequence::{SequenceKind, SequenceOp};
 use crate::ops::{Fact, InferInputs, Op, OpRegistry, downcast};
@@ -257,7 +258,7 @@ impl<'a> Pass<'a> {
         let declared: Vec<Option<DType>> = source
             .outputs
             .iter()
-            .map(|o| o.and_then(|v| self.source.value(v).declared.as_ref()?.tensor_dtype()))
+            .map(|o| o.and_then(|v| self.values[v.index()].declared.as_ref()?.tensor_dtype()))
             .collect();
         op.declared_outputs(&declared);
         let in_facts: Vec<Option<Fact>> =
@@ -309,7 +310,20 @@ impl<'a> Pass<'a> {
                 (Action::View(slot), loc.unwrap_or(0), out, loc)
             } else {
                 let (provider, kernel, wide) =
-                    self.prepare(&node, &*op, &in_facts, &out, &value_inputs)?;
+                    match self.prepare(&node, &*op, &in_facts, &out, &value_inputs, false) {
+                        Ok(placed) => placed,
+                        Err(e @ Error::NoKernel { .. }) => {
+                            // The primary has no kernel: its standard-op form, else a fallback.
+                            if self.expand(&node, &*op, &in_facts)? {
+                                return Ok(());
+                            }
+                            if !self.opts.allow_fallback || self.providers.len() < 2 {
+                                return Err(e);
+                            }
+                            self.prepare(&node, &*op, &in_facts, &out, &value_inputs, true)?
+                        }
+                        Err(e) => return Err(e),
+                    };
                 for slot in 0..node.inputs.len() {
                     if let (Some(v), false) = (node.inputs[slot], value_inputs.contains(&slot)) {
                         node.inputs[slot] = Some(self.on_provider(v, provider));
@@ -432,8 +446,41 @@ impl<'a> Pass<'a> {
         Ok(())
     }
 
-    /// Prepares the kernel on the first provider that supports it, natively
-    /// or (half precision) in f32 between inserted casts (`widen`).
+    /// Places the standard-op form of a node its primary provider has no
+    /// kernel for, when its op has one for these inputs (`ops::decompose`):
+    /// the pieces are compiled in its place like any other node.
+    fn expand(
+        &mut self,
+        node: &Node,
+        op: &dyn Op,
+        in_facts: &[Option<Fact>],
+    ) -> Result<bool, Error> {
+        let mut b = Builder::new(&node.name, ValueId(self.values.len() as u32));
+        match op.decompose(node, in_facts, &mut b) {
+            Ok(true) => {}
+            Ok(false) => return Ok(false),
+            Err(e) => {
+                log::debug!("{} is not decomposed: {e}", node.desc());
+                return Ok(false);
+            }
+        }
+        log::debug!("{} runs as {} standard nodes", node.desc(), b.nodes.len());
+        for name in b.values {
+            self.add_value(name, None, None);
+        }
+        for (v, t) in b.constants {
+            self.facts[v.index()] = Some(Fact::from_tensor(&t));
+            self.initializers.insert(v, t);
+        }
+        for piece in &b.nodes {
+            self.node(piece)?;
+        }
+        Ok(true)
+    }
+
+    /// Prepares the kernel on the primary provider or, with `fallback`, on the
+    /// first provider that supports it, natively or (half precision) in f32
+    /// between inserted casts (`widen`).
     fn prepare(
         &self,
         node: &Node,
@@ -441,6 +488,7 @@ impl<'a> Pass<'a> {
         in_facts: &[Option<Fact>],
         out: &[Fact],
         value_inputs: &[usize],
+        fallback: bool,
     ) -> Result<(usize, KernelId, Option<widen::Widened>), Error> {
         let input_dtypes: Vec<Option<DType>> =
             in_facts.iter().map(|f| f.as_ref().map(|f| f.dtype)).collect();
@@ -462,7 +510,7 @@ impl<'a> Pass<'a> {
         let wide = widen::plan(node, op, in_facts, out, value_inputs);
         let mut declined = None;
         for (i, ep) in self.providers.iter().enumerate() {
-            if i > 0 && !self.opts.allow_fallback {
+            if i > 0 && !(fallback && self.opts.allow_fallback) {
                 break;
             }
             match ep.prepare(&spec) {

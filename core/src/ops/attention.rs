@@ -253,6 +253,15 @@ fn is_float_dtype(d: DType) -> bool {
 }
 
 impl Op for Attention {
+    fn decompose(
+        &self,
+        node: &crate::graph::Node,
+        inputs: &[Option<Fact>],
+        b: &mut super::decompose::Builder,
+    ) -> Result<bool, OpError> {
+        super::decompose::attention::decompose(self, node, inputs, b).map(|()| true)
+    }
+
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<Fact>, OpError> {
         let (q, k, v) = (inputs.get(0)?, inputs.get(1)?, inputs.get(2)?);
         let (t1, t2) = (q.dtype, v.dtype);
@@ -359,6 +368,15 @@ pub struct Swish {
 }
 
 impl Op for Swish {
+    fn decompose(
+        &self,
+        node: &crate::graph::Node,
+        inputs: &[Option<Fact>],
+        b: &mut super::decompose::Builder,
+    ) -> Result<bool, OpError> {
+        super::decompose::simple::swish(self, node, inputs, b).map(|()| true)
+    }
+
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<Fact>, OpError> {
         let a = inputs.get(0)?;
         if !is_float_dtype(a.dtype) {

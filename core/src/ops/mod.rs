@@ -8,6 +8,7 @@ mod broadcast;
 pub mod causal;
 pub mod control;
 pub mod conv;
+pub mod decompose;
 pub mod domains;
 pub mod einsum;
 pub mod elementwise;
@@ -97,6 +98,21 @@ pub trait Op: fmt::Debug + Send + Sync + Any {
         _inputs: &[Option<crate::tensor::Tensor>],
     ) -> Result<Vec<crate::tensor::Tensor>, OpError> {
         Err(OpError::Unsupported("evaluation on the host".into()))
+    }
+
+    /// Writes this node as standard ops into `b`, for a primary provider that
+    /// has no kernel for it (see [`decompose`]). `Ok(false)`: the op has no
+    /// decomposition (the default).
+    ///
+    /// # Errors
+    /// [`OpError`] when the decomposition cannot apply to these input facts.
+    fn decompose(
+        &self,
+        _node: &Node,
+        _inputs: &[Option<Fact>],
+        _b: &mut decompose::Builder,
+    ) -> Result<bool, OpError> {
+        Ok(false)
     }
 }
 

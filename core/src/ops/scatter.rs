@@ -204,6 +204,15 @@ pub struct Trilu {
 }
 
 impl Op for Trilu {
+    fn decompose(
+        &self,
+        node: &crate::graph::Node,
+        inputs: &[Option<Fact>],
+        b: &mut super::decompose::Builder,
+    ) -> Result<bool, OpError> {
+        super::decompose::simple::trilu(self, node, inputs, b).map(|()| true)
+    }
+
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<Fact>, OpError> {
         if let Some(r) = inputs.get(0)?.rank().filter(|&r| r < 2) {
             return Err(OpError::Shape(format!("Trilu needs rank 2 or more, got {r}")));
@@ -246,6 +255,15 @@ impl OneHot {
 }
 
 impl Op for OneHot {
+    fn decompose(
+        &self,
+        node: &crate::graph::Node,
+        inputs: &[Option<Fact>],
+        b: &mut super::decompose::Builder,
+    ) -> Result<bool, OpError> {
+        super::decompose::simple::one_hot(self, node, inputs, b).map(|()| true)
+    }
+
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<Fact>, OpError> {
         let (idx, depth, values) = (inputs.get(0)?, inputs.get(1)?, inputs.get(2)?);
         let Some(s) = &idx.shape else { return Ok(vec![Fact::unranked(values.dtype)]) };
@@ -274,6 +292,15 @@ pub struct EyeLike {
 }
 
 impl Op for EyeLike {
+    fn decompose(
+        &self,
+        node: &crate::graph::Node,
+        inputs: &[Option<Fact>],
+        b: &mut super::decompose::Builder,
+    ) -> Result<bool, OpError> {
+        super::decompose::simple::eye_like(self, node, inputs, b).map(|()| true)
+    }
+
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<Fact>, OpError> {
         let x = inputs.get(0)?;
         if let Some(r) = x.rank().filter(|&r| r != 2) {
@@ -371,6 +398,15 @@ impl DepthSpace {
 }
 
 impl Op for DepthSpace {
+    fn decompose(
+        &self,
+        node: &crate::graph::Node,
+        inputs: &[Option<Fact>],
+        b: &mut super::decompose::Builder,
+    ) -> Result<bool, OpError> {
+        super::decompose::simple::depth_space(self, node, inputs, b).map(|()| true)
+    }
+
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<Fact>, OpError> {
         let x = inputs.get(0)?;
         if let Some(d) = x.dims() {

@@ -329,6 +329,15 @@ pub struct RotaryEmbedding {
 }
 
 impl Op for RotaryEmbedding {
+    fn decompose(
+        &self,
+        node: &crate::graph::Node,
+        inputs: &[Option<Fact>],
+        b: &mut super::decompose::Builder,
+    ) -> Result<bool, OpError> {
+        super::decompose::rotary::decompose(self, node, inputs, b).map(|()| true)
+    }
+
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<Fact>, OpError> {
         let x = inputs.get(0)?;
         if !is_float_dtype(x.dtype) {

@@ -139,6 +139,15 @@ impl QuantizeLinear {
 }
 
 impl Op for QuantizeLinear {
+    fn decompose(
+        &self,
+        node: &crate::graph::Node,
+        inputs: &[Option<Fact>],
+        b: &mut super::decompose::Builder,
+    ) -> Result<bool, OpError> {
+        super::decompose::quant::quantize(self, node, inputs, b).map(|()| true)
+    }
+
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<Fact>, OpError> {
         let x = inputs.get(0)?;
         check_layout(x, inputs.get(1)?, self.axis, self.block_size)?;
@@ -159,6 +168,15 @@ pub struct DequantizeLinear {
 }
 
 impl Op for DequantizeLinear {
+    fn decompose(
+        &self,
+        node: &crate::graph::Node,
+        inputs: &[Option<Fact>],
+        b: &mut super::decompose::Builder,
+    ) -> Result<bool, OpError> {
+        super::decompose::quant::dequantize(self, node, inputs, b).map(|()| true)
+    }
+
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<Fact>, OpError> {
         let (x, s) = (inputs.get(0)?, inputs.get(1)?);
         check_layout(x, s, self.axis, self.block_size)?;
@@ -179,6 +197,15 @@ impl Op for DequantizeLinear {
 pub struct DynamicQuantizeLinear;
 
 impl Op for DynamicQuantizeLinear {
+    fn decompose(
+        &self,
+        node: &crate::graph::Node,
+        inputs: &[Option<Fact>],
+        b: &mut super::decompose::Builder,
+    ) -> Result<bool, OpError> {
+        super::decompose::quant::dynamic_quantize(node, inputs, b).map(|()| true)
+    }
+
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<Fact>, OpError> {
         let x = inputs.get(0)?;
         Ok(vec![x.with_dtype(DType::U8), Fact::known(x.dtype, &[]), Fact::known(DType::U8, &[])])

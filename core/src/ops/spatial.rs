@@ -45,6 +45,15 @@ impl LpPool {
 }
 
 impl Op for LpPool {
+    fn decompose(
+        &self,
+        node: &crate::graph::Node,
+        inputs: &[Option<Fact>],
+        b: &mut super::decompose::Builder,
+    ) -> Result<bool, OpError> {
+        super::decompose::simple::lp_pool(self, node, inputs, b).map(|()| true)
+    }
+
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<Fact>, OpError> {
         let x = inputs.get(0)?;
         let Some((mut out, spatial)) = split_batch(x, 3)? else {

@@ -10,6 +10,8 @@
 
 pub mod attention;
 pub mod loss;
+pub mod quant;
+pub mod rotary;
 pub mod simple;
 
 use half::{bf16, f16};

@@ -1,6 +1,7 @@
 //! Small decompositions: `Trilu`, `EyeLike` and `OneHot` as constants and
 //! comparisons, `Swish`/`SwiGLU` as sigmoids, `LpNormalization` as a reduced
-//! norm, and `DepthToSpace`/`SpaceToDepth` as reshapes around a transpose.
+//! norm, `DepthToSpace`/`SpaceToDepth` as reshapes around a transpose, and
+//! `LpPool` as an average pool of powers.
 
 use super::{Builder, attrs, decline};
 use crate::dtype::DType;
@@ -9,6 +10,7 @@ use crate::graph::{Attribute, Node, ValueId};
 use crate::ops::Fact;
 use crate::ops::attention::Swish;
 use crate::ops::scatter::{DepthSpace, EyeLike, OneHot, Trilu};
+use crate::ops::spatial::LpPool;
 use crate::ops::stats::LpNorm;
 use crate::tensor::Tensor;
 
@@ -206,5 +208,31 @@ pub fn depth_space(
     let target = b.ints(&target);
     let out = output(b, node);
     b.emit("Reshape", &[Some(t), Some(target)], attrs(vec![]), vec![Some(out)]);
+    Ok(())
+}
+
+/// `(Σ |x|ᵖ)^(1/p)` over each window: an average pool counting the padding,
+/// times the window's size.
+pub fn lp_pool(
+    op: &LpPool,
+    node: &Node,
+    inputs: &[Option<Fact>],
+    b: &mut Builder,
+) -> Result<(), OpError> {
+    let x = input(node, 0)?;
+    let dt = dtype(inputs, 0)?;
+    let size: usize = op.window.kernel.as_deref().unwrap_or(&[]).iter().product();
+    let p = b.scalar(dt, op.p as f64)?;
+    let a = b.op0("Abs", &[x]);
+    let powered = b.op0("Pow", &[a, p]);
+    let mut pool = node.attrs.clone();
+    pool.0.retain(|(k, _)| k != "p");
+    pool.0.push(("count_include_pad".into(), Attribute::Int(1)));
+    let mean = b.op("AveragePool", &[powered], pool);
+    let n = b.scalar(dt, size as f64)?;
+    let sum = b.op0("Mul", &[mean, n]);
+    let inv = b.scalar(dt, 1.0 / op.p as f64)?;
+    let out = output(b, node);
+    b.emit("Pow", &[Some(sum), Some(inv)], attrs(vec![]), vec![Some(out)]);
     Ok(())
 }

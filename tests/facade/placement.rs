@@ -243,3 +243,74 @@ fn a_subgraph_output_made_on_the_cpu_comes_back_to_the_device() {
         }
     }
 }
+
+/// Largest absolute difference between two f32 outputs.
+fn max_diff(a: &onyx::RunOutputs, b: &onyx::RunOutputs, name: &str) -> f32 {
+    let get = |o: &onyx::RunOutputs| {
+        o.get(name).and_then(Value::as_tensor).unwrap().to_vec::<f32>().unwrap()
+    };
+    let (x, y) = (get(a), get(b));
+    assert_eq!(x.len(), y.len(), "{name}");
+    x.iter().zip(&y).map(|(p, q)| (p - q).abs()).fold(0.0, f32::max)
+}
+
+#[test]
+fn a_node_the_device_declines_runs_there_as_standard_ops_under_strict_mode() {
+    // Causal grouped-query Attention (4 query heads over 2 key/value heads) and a
+    // weighted cross-entropy loss with an ignored class.
+    let m = model(
+        graph(
+            vec![
+                node("Attention", "att", &["q", "k", "v"], &["y"], vec![("is_causal", A::I(1))]),
+                node(
+                    "SoftmaxCrossEntropyLoss",
+                    "sce",
+                    &["scores", "labels", "weights"],
+                    &["loss"],
+                    vec![("ignore_index", A::I(2))],
+                ),
+            ],
+            vec![
+                value("q", DType::F32, &[2, 4, 5, 8]),
+                value("k", DType::F32, &[2, 2, 5, 8]),
+                value("v", DType::F32, &[2, 2, 5, 8]),
+                value("scores", DType::F32, &[6, 4]),
+                value("labels", DType::I64, &[6]),
+            ],
+            vec![value("y", DType::F32, &[2, 4, 5, 8]), value("loss", DType::F32, &[])],
+            vec![("weights", f32s(&[4], |i| 0.5 + i as f32 * 0.25))],
+        ),
+        23,
+    );
+    let feeds = || {
+        let t = |dims: &[usize], seed: usize| {
+            f32s(dims, move |i| ((i * 7 + seed) % 23) as f32 * 0.1 - 1.1)
+        };
+        let labels = Tensor::from_vec(vec![6], vec![0i64, 2, 3, 1, 2, 3]).unwrap();
+        [
+            ("q", Value::Tensor(t(&[2, 4, 5, 8], 1))),
+            ("k", Value::Tensor(t(&[2, 2, 5, 8], 2))),
+            ("v", Value::Tensor(t(&[2, 2, 5, 8], 3))),
+            ("scores", Value::Tensor(t(&[6, 4], 4))),
+            ("labels", Value::Tensor(labels)),
+        ]
+    };
+    let reference = session(m.clone(), true).run(feeds()).unwrap();
+    let s = onyx::Session::builder()
+        .with_provider(picky(&["Attention", "SoftmaxCrossEntropyLoss"]))
+        .with_strict(true)
+        .commit_from_bytes(m, None)
+        .unwrap();
+    let placed = s.placement();
+    assert!(placed.iter().all(|(_, p)| p == "picky"), "{placed:?}");
+    assert!(placed.iter().any(|(n, _)| n.op_type == "Softmax"), "{placed:?}");
+    assert!(!placed.iter().any(|(n, _)| n.op_type == "Attention"), "{placed:?}");
+    let o = s.run(feeds()).unwrap();
+    for name in ["y", "loss"] {
+        let d = max_diff(&o, &reference, name);
+        assert!(d < 1e-5, "{name}: the decomposition differs from the kernel by {d}");
+    }
+    for d in &o.memory.devices {
+        assert_eq!(d.peak_bytes, d.live_set_bound_bytes, "{}", d.device);
+    }
+}

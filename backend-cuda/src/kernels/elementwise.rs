@@ -2,9 +2,11 @@
 
 use onyx_core::dtype::DType;
 use onyx_core::ep::{EpError, KernelSpec};
+use onyx_core::float8::RoundMode;
 use onyx_core::ops::elementwise::{
     BINARY_OPS, Binary, BinaryKind, Clip, UNARY_OPS, Unary, UnaryKind, Variadic, VariadicKind,
 };
+use onyx_core::ops::generate::{Cast, CastLike};
 use onyx_kernels::Kernel;
 
 use super::{
@@ -521,9 +523,57 @@ impl CudaKernel for CastKernel {
     }
 }
 
+/// Whether `cast.cu` handles a dtype: float8, float8e8m0, float4 and packed 2- and 4-bit integers.
+fn is_small(d: DType) -> bool {
+    use DType::*;
+    matches!(d, F8E4M3FN | F8E4M3FNUZ | F8E5M2 | F8E5M2FNUZ | F8E8M0 | F4E2M1 | U4 | I4 | U2 | I2)
+}
+
+/// Cast where one side is a small type (`cast.cu`), with Cast's saturation and e8m0 rounding.
+struct SmallCastKernel {
+    from: DType,
+    to: DType,
+    saturate: bool,
+    round_mode: i32,
+}
+
+impl CudaKernel for SmallCastKernel {
+    fn launch(&self, gpu: &Gpu, io: &Io<'_>) -> Result<(), EpError> {
+        let n = io.output(0)?.numel() as i64;
+        let f = gpu.function(Kernel::Cast, "cast_small")?;
+        let args = Args::new()
+            .push(n)
+            .push(self.from.to_onnx())
+            .push(self.to.to_onnx())
+            .push(i32::from(self.saturate))
+            .push(self.round_mode)
+            .push(io.in_ptr(0)?)
+            .push(io.out_ptr(0)?);
+        // SAFETY: matches `cast_small(i64, int, int, int, int, const void*, void*)`;
+        // x and y hold n elements of their dtypes (packed types n·bits/8 bytes, rounded up).
+        unsafe { args.launch(gpu, &f, gpu.grid(n as u64)) }
+    }
+}
+
 fn build_cast(spec: &KernelSpec<'_>) -> Result<Box<dyn CudaKernel>, EpError> {
     let from = in_dtype(spec, 0)?;
     let to = out_dtype(spec, 0)?;
+    let fits = |d: DType| suffix(d).is_some() || is_small(d);
+    if (is_small(from) || is_small(to)) && fits(from) && fits(to) {
+        let (saturate, mode) = if let Ok(c) = op::<Cast>(spec) {
+            (c.saturate, c.round_mode)
+        } else if let Ok(c) = op::<CastLike>(spec) {
+            (c.saturate, c.round_mode)
+        } else {
+            (true, RoundMode::Up)
+        };
+        let round_mode = match mode {
+            RoundMode::Up => 0,
+            RoundMode::Down => 1,
+            RoundMode::Nearest => 2,
+        };
+        return Ok(Box::new(SmallCastKernel { from, to, saturate, round_mode }));
+    }
     for d in [from, to] {
         if suffix(d).is_none() {
             return Err(EpError::Unsupported(format!(

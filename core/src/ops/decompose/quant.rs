@@ -1,6 +1,6 @@
 //! `QuantizeLinear`, `DequantizeLinear` and `DynamicQuantizeLinear` as
-//! arithmetic, rounding, clipping and casts, for 8- and 16-bit integer
-//! types (4-bit and float8 storage need kernels of their own).
+//! arithmetic, rounding, clipping and casts: 16-, 8-, 4- and 2-bit integers
+//! and the float8/float4 formats (whose casts a backend must support).
 
 use super::{Builder, attrs, decline};
 use crate::dtype::DType;
@@ -18,8 +18,27 @@ fn known(f: &Fact) -> Result<Vec<usize>, OpError> {
     f.dims().ok_or_else(|| decline("a quantization with unknown shapes"))
 }
 
-fn plain_int(d: DType) -> bool {
-    matches!(d, DType::U8 | DType::I8 | DType::U16 | DType::I16)
+/// The range of an integer quantized type.
+fn int_range(d: DType) -> Option<(f32, f32)> {
+    Some(match d {
+        DType::U8 => (0.0, 255.0),
+        DType::I8 => (-128.0, 127.0),
+        DType::U16 => (0.0, 65535.0),
+        DType::I16 => (-32768.0, 32767.0),
+        DType::U4 => (0.0, 15.0),
+        DType::I4 => (-8.0, 7.0),
+        DType::U2 => (0.0, 3.0),
+        DType::I2 => (-2.0, 1.0),
+        _ => return None,
+    })
+}
+
+/// Float quantized types: the quotient is cast into them, saturating as asked.
+fn small_float(d: DType) -> bool {
+    matches!(
+        d,
+        DType::F8E4M3FN | DType::F8E4M3FNUZ | DType::F8E5M2 | DType::F8E5M2FNUZ | DType::F4E2M1
+    )
 }
 
 /// A scale or zero point broadcast against `x`: per-axis vectors reshaped
@@ -60,7 +79,8 @@ fn output(b: &mut Builder, node: &Node, i: usize) -> ValueId {
     node.outputs.get(i).copied().flatten().unwrap_or_else(|| b.fresh("out"))
 }
 
-/// `y = clip(round(x / scale) + zero_point)`, the quotient in the dtype numpy
+/// `y = clip(round(x / scale) + zero_point)` (float formats: a cast of
+/// `x / scale + zero_point`), the quotient in the dtype numpy
 /// would use (or `precision`), the rest in f32.
 pub fn quantize(
     op: &QuantizeLinear,
@@ -71,7 +91,8 @@ pub fn quantize(
     let (xf, sf) = (fact(inputs, 0)?, fact(inputs, 1)?);
     let zp = node.input(2);
     let to = op.output(zp.and(inputs.get(2).and_then(Option::as_ref)).map(|f| f.dtype))?;
-    if !plain_int(to) {
+    let range = int_range(to);
+    if range.is_none() && !small_float(to) {
         return Err(decline(&format!("QuantizeLinear to {to}")));
     }
     let (xd, sd) = (known(xf)?, known(sf)?);
@@ -87,7 +108,7 @@ pub fn quantize(
     let s = spread(b, scale, layout, &xd, &sd);
     let s = if sf.dtype == calc { s } else { b.cast(s, calc) };
     let q = b.op0("Div", &[xc, s]);
-    let q = b.op0("Round", &[q]);
+    let q = if range.is_some() { b.op0("Round", &[q]) } else { q };
     let mut q = if calc == DType::F32 { q } else { b.cast(q, DType::F32) };
     if let Some(z) = zp {
         let zd = known(fact(inputs, 2)?)?;
@@ -95,17 +116,22 @@ pub fn quantize(
         let z = b.cast(z, DType::F32);
         q = b.op0("Add", &[q, z]);
     }
-    let (lo, hi) = match to {
-        DType::U8 => (0.0, 255.0),
-        DType::I8 => (-128.0, 127.0),
-        DType::U16 => (0.0, 65535.0),
-        _ => (-32768.0, 32767.0),
-    };
-    let (lo, hi) = (float_scalar(b, lo), float_scalar(b, hi));
-    let clipped = b.op0("Clip", &[q, lo, hi]);
     let out = output(b, node, 0);
-    let to_attr = attrs(vec![("to", Attribute::Int(i64::from(to.to_onnx())))]);
-    b.emit("Cast", &[Some(clipped)], to_attr, vec![Some(out)]);
+    let to_attr = |saturate: bool| {
+        attrs(vec![
+            ("to", Attribute::Int(i64::from(to.to_onnx()))),
+            ("saturate", Attribute::Int(i64::from(saturate))),
+        ])
+    };
+    match range {
+        Some((lo, hi)) => {
+            let (lo, hi) = (float_scalar(b, lo), float_scalar(b, hi));
+            let clipped = b.op0("Clip", &[q, lo, hi]);
+            b.emit("Cast", &[Some(clipped)], to_attr(true), vec![Some(out)]);
+        }
+        // Float formats round in the cast itself.
+        None => b.emit("Cast", &[Some(q)], to_attr(op.saturate), vec![Some(out)]),
+    }
     Ok(())
 }
 
@@ -118,7 +144,7 @@ pub fn dequantize(
     b: &mut Builder,
 ) -> Result<(), OpError> {
     let (xf, sf) = (fact(inputs, 0)?, fact(inputs, 1)?);
-    if !(plain_int(xf.dtype) || xf.dtype == DType::I32) {
+    if !(int_range(xf.dtype).is_some() || small_float(xf.dtype) || xf.dtype == DType::I32) {
         return Err(decline(&format!("DequantizeLinear from {}", xf.dtype)));
     }
     let (xd, sd) = (known(xf)?, known(sf)?);

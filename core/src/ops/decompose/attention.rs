@@ -101,8 +101,7 @@ fn heads_first(
     heads: usize,
     len: usize,
 ) -> ValueId {
-    let size = -1;
-    let r = b.reshape(x, &[g.batch as i64, len as i64, heads as i64, size]);
+    let r = b.reshape(x, &[g.batch as i64, len as i64, heads as i64, -1]);
     b.transpose(r, &[0, 2, 1, 3])
 }
 
@@ -170,8 +169,8 @@ pub fn decompose(
     };
     let g = op.geometry(&qd, &kd, &vd, past.as_ref().map(|(k, v)| (k.as_slice(), v.as_slice())))?;
     let dtype = inputs[0].as_ref().map_or(DType::F32, |f| f.dtype);
-    let (q, k, v) = (node.input(0).unwrap_or(ValueId(0)), node.input(1), node.input(2));
-    let (Some(k), Some(v)) = (k, v) else { return Err(OpError::MissingInput(1)) };
+    let input = |i: usize| node.input(i).ok_or(OpError::MissingInput(i));
+    let (q, k, v) = (input(0)?, input(1)?, input(2)?);
     let (q, k, v) = if g.rank3 {
         (
             heads_first(b, q, &g, g.q_heads, g.q_len),

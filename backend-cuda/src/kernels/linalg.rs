@@ -1,5 +1,4 @@
-//! MatMul and Gemm through cuBLAS (`cublasGemmEx` for one product,
-//! `cublasGemmStridedBatchedEx` for batches), in f32
+//! MatMul and Gemm through cuBLAS (`cublasGemmStridedBatchedEx`), in f32
 //! (TF32 only when the session allows it), f16 and bf16 with f32 accumulation,
 //! and f64.
 //!
@@ -77,38 +76,6 @@ fn gemm(gpu: &Gpu, dtype: DType, p: &Product, a: u64, b: u64, c: u64) -> Result<
     } else {
         ((&p.alpha as *const f32).cast(), (&p.beta as *const f32).cast())
     };
-    let err = |e| {
-        EpError::Device(format!("cuBLAS GEMM ({}x{}x{}, batch {}): {e:?}", p.m, p.n, p.k, p.batch))
-    };
-    if p.batch == 1 {
-        // One product: cublasGemmEx, whose heuristics pick faster Hopper kernels
-        // for large single GEMMs than the batched entry point with a batch of one.
-        // SAFETY: as below, for one matrix each.
-        return unsafe {
-            blas::gemm_ex(
-                *gpu.blas.handle(),
-                op_b,
-                op_a,
-                int(p.n, "N")?,
-                int(p.m, "M")?,
-                int(p.k, "K")?,
-                alpha,
-                b as *const std::ffi::c_void,
-                ty,
-                int(ldb.max(1), "ldb")?,
-                a as *const std::ffi::c_void,
-                ty,
-                int(lda.max(1), "lda")?,
-                beta,
-                c as *mut std::ffi::c_void,
-                ty,
-                int(p.n.max(1), "ldc")?,
-                compute,
-                cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
-            )
-        }
-        .map_err(err);
-    }
     // SAFETY: the handle is bound to the provider's stream; the pointers hold
     // `batch` matrices of the given shapes and strides (checked by the caller
     // against the tensors' shapes); alpha and beta live across the call and
@@ -140,7 +107,9 @@ fn gemm(gpu: &Gpu, dtype: DType, p: &Product, a: u64, b: u64, c: u64) -> Result<
             cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
         )
     }
-    .map_err(err)
+    .map_err(|e| {
+        EpError::Device(format!("cuBLAS GEMM ({}x{}x{}, batch {}): {e:?}", p.m, p.n, p.k, p.batch))
+    })
 }
 
 /// Fills `y` (shape `out`) with `x` (shape `shape`) broadcast, for Gemm's C.

@@ -253,14 +253,7 @@ fn is_float_dtype(d: DType) -> bool {
 }
 
 impl Op for Attention {
-    fn decompose(
-        &self,
-        node: &crate::graph::Node,
-        inputs: &[Option<Fact>],
-        b: &mut super::decompose::Builder,
-    ) -> Result<bool, OpError> {
-        super::decompose::attention::decompose(self, node, inputs, b).map(|()| true)
-    }
+    super::decompose::decomposed_by!(super::decompose::attention::decompose);
 
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<Fact>, OpError> {
         let (q, k, v) = (inputs.get(0)?, inputs.get(1)?, inputs.get(2)?);
@@ -329,14 +322,7 @@ pub struct RotaryEmbedding {
 }
 
 impl Op for RotaryEmbedding {
-    fn decompose(
-        &self,
-        node: &crate::graph::Node,
-        inputs: &[Option<Fact>],
-        b: &mut super::decompose::Builder,
-    ) -> Result<bool, OpError> {
-        super::decompose::rotary::decompose(self, node, inputs, b).map(|()| true)
-    }
+    super::decompose::decomposed_by!(super::decompose::rotary::decompose);
 
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<Fact>, OpError> {
         let x = inputs.get(0)?;
@@ -377,14 +363,7 @@ pub struct Swish {
 }
 
 impl Op for Swish {
-    fn decompose(
-        &self,
-        node: &crate::graph::Node,
-        inputs: &[Option<Fact>],
-        b: &mut super::decompose::Builder,
-    ) -> Result<bool, OpError> {
-        super::decompose::simple::swish(self, node, inputs, b).map(|()| true)
-    }
+    super::decompose::decomposed_by!(super::decompose::simple::swish);
 
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<Fact>, OpError> {
         let a = inputs.get(0)?;

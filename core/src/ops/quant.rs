@@ -139,14 +139,7 @@ impl QuantizeLinear {
 }
 
 impl Op for QuantizeLinear {
-    fn decompose(
-        &self,
-        node: &crate::graph::Node,
-        inputs: &[Option<Fact>],
-        b: &mut super::decompose::Builder,
-    ) -> Result<bool, OpError> {
-        super::decompose::quant::quantize(self, node, inputs, b).map(|()| true)
-    }
+    super::decompose::decomposed_by!(super::decompose::quant::quantize);
 
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<Fact>, OpError> {
         let x = inputs.get(0)?;
@@ -168,14 +161,7 @@ pub struct DequantizeLinear {
 }
 
 impl Op for DequantizeLinear {
-    fn decompose(
-        &self,
-        node: &crate::graph::Node,
-        inputs: &[Option<Fact>],
-        b: &mut super::decompose::Builder,
-    ) -> Result<bool, OpError> {
-        super::decompose::quant::dequantize(self, node, inputs, b).map(|()| true)
-    }
+    super::decompose::decomposed_by!(super::decompose::quant::dequantize);
 
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<Fact>, OpError> {
         let (x, s) = (inputs.get(0)?, inputs.get(1)?);
@@ -197,14 +183,7 @@ impl Op for DequantizeLinear {
 pub struct DynamicQuantizeLinear;
 
 impl Op for DynamicQuantizeLinear {
-    fn decompose(
-        &self,
-        node: &crate::graph::Node,
-        inputs: &[Option<Fact>],
-        b: &mut super::decompose::Builder,
-    ) -> Result<bool, OpError> {
-        super::decompose::quant::dynamic_quantize(node, inputs, b).map(|()| true)
-    }
+    super::decompose::decomposed_by!(super::decompose::quant::dynamic_quantize);
 
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<Fact>, OpError> {
         let x = inputs.get(0)?;

@@ -204,14 +204,7 @@ pub struct Trilu {
 }
 
 impl Op for Trilu {
-    fn decompose(
-        &self,
-        node: &crate::graph::Node,
-        inputs: &[Option<Fact>],
-        b: &mut super::decompose::Builder,
-    ) -> Result<bool, OpError> {
-        super::decompose::simple::trilu(self, node, inputs, b).map(|()| true)
-    }
+    super::decompose::decomposed_by!(super::decompose::simple::trilu);
 
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<Fact>, OpError> {
         if let Some(r) = inputs.get(0)?.rank().filter(|&r| r < 2) {
@@ -255,14 +248,7 @@ impl OneHot {
 }
 
 impl Op for OneHot {
-    fn decompose(
-        &self,
-        node: &crate::graph::Node,
-        inputs: &[Option<Fact>],
-        b: &mut super::decompose::Builder,
-    ) -> Result<bool, OpError> {
-        super::decompose::simple::one_hot(self, node, inputs, b).map(|()| true)
-    }
+    super::decompose::decomposed_by!(super::decompose::simple::one_hot);
 
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<Fact>, OpError> {
         let (idx, depth, values) = (inputs.get(0)?, inputs.get(1)?, inputs.get(2)?);
@@ -292,14 +278,7 @@ pub struct EyeLike {
 }
 
 impl Op for EyeLike {
-    fn decompose(
-        &self,
-        node: &crate::graph::Node,
-        inputs: &[Option<Fact>],
-        b: &mut super::decompose::Builder,
-    ) -> Result<bool, OpError> {
-        super::decompose::simple::eye_like(self, node, inputs, b).map(|()| true)
-    }
+    super::decompose::decomposed_by!(super::decompose::simple::eye_like);
 
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<Fact>, OpError> {
         let x = inputs.get(0)?;
@@ -398,14 +377,7 @@ impl DepthSpace {
 }
 
 impl Op for DepthSpace {
-    fn decompose(
-        &self,
-        node: &crate::graph::Node,
-        inputs: &[Option<Fact>],
-        b: &mut super::decompose::Builder,
-    ) -> Result<bool, OpError> {
-        super::decompose::simple::depth_space(self, node, inputs, b).map(|()| true)
-    }
+    super::decompose::decomposed_by!(super::decompose::simple::depth_space);
 
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<Fact>, OpError> {
         let x = inputs.get(0)?;

@@ -45,14 +45,7 @@ impl LpPool {
 }
 
 impl Op for LpPool {
-    fn decompose(
-        &self,
-        node: &crate::graph::Node,
-        inputs: &[Option<Fact>],
-        b: &mut super::decompose::Builder,
-    ) -> Result<bool, OpError> {
-        super::decompose::simple::lp_pool(self, node, inputs, b).map(|()| true)
-    }
+    super::decompose::decomposed_by!(super::decompose::simple::lp_pool);
 
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<Fact>, OpError> {
         let x = inputs.get(0)?;

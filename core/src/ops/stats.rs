@@ -36,14 +36,7 @@ pub struct LpNorm {
 }
 
 impl Op for LpNorm {
-    fn decompose(
-        &self,
-        node: &crate::graph::Node,
-        inputs: &[Option<Fact>],
-        b: &mut super::decompose::Builder,
-    ) -> Result<bool, OpError> {
-        super::decompose::simple::lp_norm(self, node, inputs, b).map(|()| true)
-    }
+    super::decompose::decomposed_by!(super::decompose::simple::lp_norm);
 
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<Fact>, OpError> {
         if let Some(r) = inputs.get(0)?.rank() {
@@ -164,14 +157,7 @@ pub struct Loss {
 }
 
 impl Op for Loss {
-    fn decompose(
-        &self,
-        node: &crate::graph::Node,
-        inputs: &[Option<Fact>],
-        b: &mut super::decompose::Builder,
-    ) -> Result<bool, OpError> {
-        super::decompose::loss::decompose(self, node, inputs, b).map(|()| true)
-    }
+    super::decompose::decomposed_by!(super::decompose::loss::decompose);
 
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<Fact>, OpError> {
         let (x, t) = (inputs.get(0)?, inputs.get(1)?);

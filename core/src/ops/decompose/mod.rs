@@ -161,6 +161,22 @@ impl Builder {
     }
 }
 
+/// Implements [`Op::decompose`](crate::ops::Op::decompose) inside an `impl Op`
+/// block with a function of this module taking `(op, node, inputs, builder)`.
+macro_rules! decomposed_by {
+    ($f:path) => {
+        fn decompose(
+            &self,
+            node: &crate::graph::Node,
+            inputs: &[Option<crate::ops::Fact>],
+            b: &mut crate::ops::decompose::Builder,
+        ) -> Result<bool, crate::error::OpError> {
+            $f(self, node, inputs, b).map(|()| true)
+        }
+    };
+}
+pub(crate) use decomposed_by;
+
 /// The error of a decomposition that cannot apply to these inputs.
 pub(crate) fn decline(what: &str) -> OpError {
     OpError::Unsupported(format!("no decomposition: {what}"))

@@ -7,7 +7,7 @@ use crate::dtype::DType;
 use crate::error::OpError;
 use crate::graph::{Attribute, Node, ValueId};
 use crate::ops::Fact;
-use crate::ops::quant::{DequantizeLinear, QuantizeLinear, ScaleLayout};
+use crate::ops::quant::{DequantizeLinear, DynamicQuantizeLinear, QuantizeLinear, ScaleLayout};
 use crate::tensor::Tensor;
 
 fn fact(inputs: &[Option<Fact>], i: usize) -> Result<&Fact, OpError> {
@@ -177,6 +177,7 @@ pub fn dequantize(
 /// The range of `x` widened to include 0 gives a uint8 scale and zero point;
 /// `x` is then quantized with them.
 pub fn dynamic_quantize(
+    _op: &DynamicQuantizeLinear,
     node: &Node,
     inputs: &[Option<Fact>],
     b: &mut Builder,

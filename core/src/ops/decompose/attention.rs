@@ -3,7 +3,7 @@
 //! one constant bias, and rows the bias masks entirely get zero probabilities,
 //! as the reference writes them.
 
-use super::{Builder, attrs, decline};
+use super::{Builder, attrs, decline, tensor};
 use crate::dtype::DType;
 use crate::error::OpError;
 use crate::graph::{Attribute, Node, ValueId};
@@ -14,16 +14,13 @@ use crate::tensor::Tensor;
 /// A constant `[rows, cols]` tensor of `dtype` from f32 values.
 fn float_matrix(dtype: DType, rows: usize, cols: usize, v: &[f32]) -> Result<Tensor, OpError> {
     let shape = vec![rows, cols];
-    let t = match dtype {
-        DType::F32 => Tensor::from_vec(shape, v.to_vec()),
-        DType::F64 => Tensor::from_vec(shape, v.iter().map(|&x| f64::from(x)).collect()),
-        DType::F16 => Tensor::from_vec(shape, v.iter().map(|&x| half::f16::from_f32(x)).collect()),
-        DType::BF16 => {
-            Tensor::from_vec(shape, v.iter().map(|&x| half::bf16::from_f32(x)).collect())
-        }
-        d => return Err(decline(&format!("Attention in {d}"))),
-    };
-    t.map_err(|e| OpError::Invalid(e.to_string()))
+    match dtype {
+        DType::F32 => tensor(shape, v.to_vec()),
+        DType::F64 => tensor(shape, v.iter().map(|&x| f64::from(x)).collect()),
+        DType::F16 => tensor(shape, v.iter().map(|&x| half::f16::from_f32(x)).collect()),
+        DType::BF16 => tensor(shape, v.iter().map(|&x| half::bf16::from_f32(x)).collect()),
+        d => Err(decline(&format!("Attention in {d}"))),
+    }
 }
 
 /// The causal and sliding-window terms: `0` where query `i` may see key `j`, `-inf` elsewhere.
@@ -59,11 +56,8 @@ fn padded_positions(
     dtype: DType,
 ) -> Result<ValueId, OpError> {
     let (sq, t) = (g.q_len, g.total_len());
-    let keys = Tensor::from_vec(vec![1, 1, 1, t], (0..t as i64).collect::<Vec<_>>());
-    let queries = Tensor::from_vec(vec![1, 1, sq, 1], (0..sq as i64).collect::<Vec<_>>());
-    let err = |e: crate::error::TensorError| OpError::Invalid(e.to_string());
-    let j = b.constant(keys.map_err(err)?);
-    let i = b.constant(queries.map_err(err)?);
+    let j = b.constant(tensor(vec![1, 1, 1, t], (0..t as i64).collect())?);
+    let i = b.constant(tensor(vec![1, 1, sq, 1], (0..sq as i64).collect())?);
     let n = b.reshape(nonpad, &[g.batch as i64, 1, 1, 1]);
     let mut hidden = b.op0("GreaterOrEqual", &[j, n]);
     let q_len = b.constant(Tensor::scalar(sq as i64));
@@ -118,11 +112,6 @@ fn repeat_heads(b: &mut Builder, x: ValueId, g: &AttentionGeometry, size: usize)
     b.reshape(e, &[bt, g.q_heads as i64, t, size as i64])
 }
 
-/// The output value for slot `i` of the node, or a fresh one when the model omits it.
-fn out_or_fresh(b: &mut Builder, node: &Node, i: usize, hint: &str) -> ValueId {
-    node.outputs.get(i).copied().flatten().unwrap_or_else(|| b.fresh(hint))
-}
-
 /// Keys or values with the cache prepended, written to the `present` output when requested.
 fn with_cache(
     b: &mut Builder,
@@ -131,8 +120,8 @@ fn with_cache(
     (past, present): (usize, usize),
 ) -> ValueId {
     match (node.input(past), node.outputs.get(present).copied().flatten()) {
-        (Some(p), out) => {
-            let out = out.unwrap_or_else(|| b.fresh("present"));
+        (Some(p), _) => {
+            let out = b.output(node, present);
             let axis = attrs(vec![("axis", Attribute::Int(2))]);
             b.emit("Concat", &[Some(p), Some(new)], axis, vec![Some(out)]);
             out
@@ -275,7 +264,7 @@ pub fn decompose(
         b.emit("Identity", &[Some(probs)], attrs(vec![]), vec![Some(out)]);
     }
 
-    let y = out_or_fresh(b, node, 0, "y");
+    let y = b.output(node, 0);
     if g.rank3 {
         let y4 = b.op0("MatMul", &[probs, v]);
         let yt = b.transpose(y4, &[0, 2, 1, 3]);

@@ -32,8 +32,7 @@ pub fn decompose(
     let dtype = xf.dtype;
     // Log-probabilities over the classes (axis 1), written to the optional output.
     let scores = if loss.softmax {
-        let out = node.outputs.get(1).copied().flatten();
-        let lp = out.unwrap_or_else(|| b.fresh("log_prob"));
+        let lp = b.output(node, 1);
         b.emit("LogSoftmax", &[Some(x)], attrs(vec![("axis", Attribute::Int(1))]), vec![Some(lp)]);
         lp
     } else {
@@ -71,8 +70,7 @@ pub fn decompose(
         Some(w) => b.op0("Mul", &[neg, w]),
         None => neg,
     };
-    let out = node.outputs.first().copied().flatten();
-    let out = out.unwrap_or_else(|| b.fresh("loss"));
+    let out = b.output(node, 0);
     let keepdims = || attrs(vec![("keepdims", Attribute::Int(0))]);
     match (loss.reduction, weight) {
         (LossReduction::None, _) => {

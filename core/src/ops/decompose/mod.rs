@@ -19,7 +19,8 @@ use half::{bf16, f16};
 use crate::dtype::DType;
 use crate::error::OpError;
 use crate::graph::{Attribute, Attributes, DEFAULT_DOMAIN, Node, ValueId};
-use crate::tensor::Tensor;
+use crate::ops::Fact;
+use crate::tensor::{Element, Tensor};
 
 /// The opset of the nodes a decomposition emits (attribute and input
 /// conventions of opset 21: axes as inputs, single-axis softmax).
@@ -44,6 +45,31 @@ pub fn attrs(pairs: Vec<(&str, Attribute)>) -> Attributes {
     Attributes(pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
 }
 
+/// A Cast's attributes: its target dtype.
+pub fn cast_to(to: DType) -> Attributes {
+    attrs(vec![("to", Attribute::Int(i64::from(to.to_onnx())))])
+}
+
+/// Input `i` of the node being decomposed.
+pub(crate) fn input(node: &Node, i: usize) -> Result<ValueId, OpError> {
+    node.input(i).ok_or(OpError::MissingInput(i))
+}
+
+/// The fact of input `i`.
+pub(crate) fn fact(inputs: &[Option<Fact>], i: usize) -> Result<&Fact, OpError> {
+    inputs.get(i).and_then(Option::as_ref).ok_or(OpError::MissingInput(i))
+}
+
+/// The concrete dims of input `i`; a decline when they are not all known.
+pub(crate) fn dims(inputs: &[Option<Fact>], i: usize) -> Result<Vec<usize>, OpError> {
+    fact(inputs, i)?.dims().ok_or_else(|| decline(&format!("input {i} has an unknown shape")))
+}
+
+/// A constant tensor of `shape` from `values`.
+pub(crate) fn tensor<T: Element>(shape: Vec<usize>, values: Vec<T>) -> Result<Tensor, OpError> {
+    Tensor::from_vec(shape, values).map_err(|e| OpError::Invalid(e.to_string()))
+}
+
 impl Builder {
     /// A builder naming its values and nodes after `prefix` (the node being
     /// decomposed), with fresh ids from `first`.
@@ -55,6 +81,12 @@ impl Builder {
             nodes: Vec::new(),
             constants: Vec::new(),
         }
+    }
+
+    /// Output slot `i` of the node being decomposed, or a fresh value where
+    /// the model omits that output.
+    pub fn output(&mut self, node: &Node, i: usize) -> ValueId {
+        node.outputs.get(i).copied().flatten().unwrap_or_else(|| self.fresh("out"))
     }
 
     fn fresh(&mut self, hint: &str) -> ValueId {
@@ -152,7 +184,7 @@ impl Builder {
 
     /// `Cast(x, to)`.
     pub fn cast(&mut self, x: ValueId, to: DType) -> ValueId {
-        self.op("Cast", &[x], attrs(vec![("to", Attribute::Int(i64::from(to.to_onnx())))]))
+        self.op("Cast", &[x], cast_to(to))
     }
 
     /// A reduction over all axes (`keepdims = 0`).

@@ -2,17 +2,13 @@
 //! arithmetic, rounding, clipping and casts: 16-, 8-, 4- and 2-bit integers
 //! and the float8/float4 formats (whose casts a backend must support).
 
-use super::{Builder, attrs, decline};
+use super::{Builder, attrs, cast_to, decline, fact, input};
 use crate::dtype::DType;
 use crate::error::OpError;
 use crate::graph::{Attribute, Node, ValueId};
 use crate::ops::Fact;
 use crate::ops::quant::{DequantizeLinear, DynamicQuantizeLinear, QuantizeLinear, ScaleLayout};
 use crate::tensor::Tensor;
-
-fn fact(inputs: &[Option<Fact>], i: usize) -> Result<&Fact, OpError> {
-    inputs.get(i).and_then(Option::as_ref).ok_or(OpError::MissingInput(i))
-}
 
 fn known(f: &Fact) -> Result<Vec<usize>, OpError> {
     f.dims().ok_or_else(|| decline("a quantization with unknown shapes"))
@@ -75,10 +71,6 @@ fn float_scalar(b: &mut Builder, v: f32) -> ValueId {
     b.constant(Tensor::scalar(v))
 }
 
-fn output(b: &mut Builder, node: &Node, i: usize) -> ValueId {
-    node.outputs.get(i).copied().flatten().unwrap_or_else(|| b.fresh("out"))
-}
-
 /// `y = clip(round(x / scale) + zero_point)` (float formats: a cast of
 /// `x / scale + zero_point`), the quotient in the dtype numpy
 /// would use (or `precision`), the rest in f32.
@@ -97,8 +89,8 @@ pub fn quantize(
     }
     let (xd, sd) = (known(xf)?, known(sf)?);
     let layout = ScaleLayout::resolve(&xd, &sd, op.axis, op.block_size)?;
-    let x = node.input(0).ok_or(OpError::MissingInput(0))?;
-    let scale = node.input(1).ok_or(OpError::MissingInput(1))?;
+    let x = input(node, 0)?;
+    let scale = input(node, 1)?;
     let calc = match op.precision {
         Some(p) => p,
         None if xf.dtype == sf.dtype && xf.dtype.is_float() => xf.dtype,
@@ -116,7 +108,7 @@ pub fn quantize(
         let z = b.cast(z, DType::F32);
         q = b.op0("Add", &[q, z]);
     }
-    let out = output(b, node, 0);
+    let out = b.output(node, 0);
     let to_attr = |saturate: bool| {
         attrs(vec![
             ("to", Attribute::Int(i64::from(to.to_onnx()))),
@@ -149,8 +141,8 @@ pub fn dequantize(
     }
     let (xd, sd) = (known(xf)?, known(sf)?);
     let layout = ScaleLayout::resolve(&xd, &sd, op.axis, op.block_size)?;
-    let x = node.input(0).ok_or(OpError::MissingInput(0))?;
-    let scale = node.input(1).ok_or(OpError::MissingInput(1))?;
+    let x = input(node, 0)?;
+    let scale = input(node, 1)?;
     let mut d = b.cast(x, DType::F32);
     if let Some(z) = node.input(2) {
         let zd = known(fact(inputs, 2)?)?;
@@ -163,13 +155,12 @@ pub fn dequantize(
     }
     let s = spread(b, scale, layout, &xd, &sd);
     let to = op.output_dtype.unwrap_or(sf.dtype);
-    let out = output(b, node, 0);
+    let out = b.output(node, 0);
     if to == sf.dtype {
         b.emit("Mul", &[Some(d), Some(s)], attrs(vec![]), vec![Some(out)]);
     } else {
         let y = b.op0("Mul", &[d, s]);
-        let to_attr = attrs(vec![("to", Attribute::Int(i64::from(to.to_onnx())))]);
-        b.emit("Cast", &[Some(y)], to_attr, vec![Some(out)]);
+        b.emit("Cast", &[Some(y)], cast_to(to), vec![Some(out)]);
     }
     Ok(())
 }
@@ -186,7 +177,7 @@ pub fn dynamic_quantize(
     if xf.dtype != DType::F32 {
         return Err(decline(&format!("DynamicQuantizeLinear of {}", xf.dtype)));
     }
-    let x = node.input(0).ok_or(OpError::MissingInput(0))?;
+    let x = input(node, 0)?;
     let zero = float_scalar(b, 0.0);
     let lo = b.reduce_all("ReduceMin", x);
     let lo = b.op0("Min", &[lo, zero]);
@@ -194,21 +185,19 @@ pub fn dynamic_quantize(
     let hi = b.op0("Max", &[hi, zero]);
     let range = b.op0("Sub", &[hi, lo]);
     let qmax = float_scalar(b, 255.0);
-    let scale = output(b, node, 1);
+    let scale = b.output(node, 1);
     b.emit("Div", &[Some(range), Some(qmax)], attrs(vec![]), vec![Some(scale)]);
     let shift = b.op0("Div", &[lo, scale]);
     let zp = b.op0("Sub", &[zero, shift]);
     let zp = b.op0("Round", &[zp]);
     let zp = b.op0("Clip", &[zp, zero, qmax]);
-    let zp_out = output(b, node, 2);
-    let u8_attr = attrs(vec![("to", Attribute::Int(i64::from(DType::U8.to_onnx())))]);
-    b.emit("Cast", &[Some(zp)], u8_attr, vec![Some(zp_out)]);
+    let zp_out = b.output(node, 2);
+    b.emit("Cast", &[Some(zp)], cast_to(DType::U8), vec![Some(zp_out)]);
     let q = b.op0("Div", &[x, scale]);
     let q = b.op0("Round", &[q]);
     let q = b.op0("Add", &[q, zp]);
     let q = b.op0("Clip", &[q, zero, qmax]);
-    let y = output(b, node, 0);
-    let u8_attr = attrs(vec![("to", Attribute::Int(i64::from(DType::U8.to_onnx())))]);
-    b.emit("Cast", &[Some(q)], u8_attr, vec![Some(y)]);
+    let y = b.output(node, 0);
+    b.emit("Cast", &[Some(q)], cast_to(DType::U8), vec![Some(y)]);
     Ok(())
 }

@@ -1,7 +1,7 @@
 //! ai.onnx `RotaryEmbedding` as slices, products with the gathered cos/sin
 //! caches, and a concatenation, in the `[batch, seq, heads, size]` layout.
 
-use super::{Builder, attrs, decline};
+use super::{Builder, attrs, dims, input};
 use crate::error::OpError;
 use crate::graph::{Attribute, Node, ValueId};
 use crate::ops::Fact;
@@ -25,16 +25,8 @@ pub fn decompose(
     inputs: &[Option<Fact>],
     b: &mut Builder,
 ) -> Result<(), OpError> {
-    let x = node.input(0).ok_or(OpError::MissingInput(0))?;
-    let (cos, sin) = match (node.input(1), node.input(2)) {
-        (Some(c), Some(s)) => (c, s),
-        _ => return Err(OpError::MissingInput(1)),
-    };
-    let dims = inputs
-        .first()
-        .and_then(Option::as_ref)
-        .and_then(Fact::dims)
-        .ok_or_else(|| decline("RotaryEmbedding of an unknown shape"))?;
+    let (x, cos, sin) = (input(node, 0)?, input(node, 1)?, input(node, 2)?);
+    let dims = dims(inputs, 0)?;
     let rank3 = dims.len() == 3;
     let size = if rank3 {
         if op.num_heads == 0 || dims[2] % op.num_heads != 0 {
@@ -87,7 +79,7 @@ pub fn decompose(
     } else {
         rotated
     };
-    let out = node.outputs.first().copied().flatten().unwrap_or_else(|| b.fresh("out"));
+    let out = b.output(node, 0);
     if rank3 {
         let shape = b.ints(&[0, 0, -1]);
         b.emit("Reshape", &[Some(all), Some(shape)], attrs(vec![]), vec![Some(out)]);

@@ -3,10 +3,10 @@
 //! norm, `DepthToSpace`/`SpaceToDepth` as reshapes around a transpose, and
 //! `LpPool` as an average pool of powers.
 
-use super::{Builder, attrs, decline};
+use super::{Builder, attrs, cast_to, decline, dims, fact, input, tensor};
 use crate::dtype::DType;
 use crate::error::OpError;
-use crate::graph::{Attribute, Node, ValueId};
+use crate::graph::{Attribute, Node};
 use crate::ops::Fact;
 use crate::ops::attention::Swish;
 use crate::ops::scatter::{DepthSpace, EyeLike, OneHot, Trilu};
@@ -14,28 +14,8 @@ use crate::ops::spatial::LpPool;
 use crate::ops::stats::LpNorm;
 use crate::tensor::Tensor;
 
-fn input(node: &Node, i: usize) -> Result<ValueId, OpError> {
-    node.input(i).ok_or(OpError::MissingInput(i))
-}
-
-fn output(b: &mut Builder, node: &Node) -> ValueId {
-    node.outputs.first().copied().flatten().unwrap_or_else(|| b.fresh("out"))
-}
-
-fn dims(inputs: &[Option<Fact>], i: usize) -> Result<Vec<usize>, OpError> {
-    inputs
-        .get(i)
-        .and_then(Option::as_ref)
-        .and_then(Fact::dims)
-        .ok_or_else(|| decline(&format!("input {i} has an unknown shape")))
-}
-
 fn dtype(inputs: &[Option<Fact>], i: usize) -> Result<DType, OpError> {
-    inputs.get(i).and_then(Option::as_ref).map(|f| f.dtype).ok_or(OpError::MissingInput(i))
-}
-
-fn i64_tensor(shape: Vec<usize>, v: Vec<i64>) -> Result<Tensor, OpError> {
-    Tensor::from_vec(shape, v).map_err(|e| OpError::Invalid(e.to_string()))
+    Ok(fact(inputs, i)?.dtype)
 }
 
 /// `Where(keep, x, 0)` with `keep` comparing the constant `col - row` with `k`.
@@ -49,14 +29,14 @@ pub fn trilu(
     let d = dims(inputs, 0)?;
     let (n, m) = (d[d.len() - 2], d[d.len() - 1]);
     let diff: Vec<i64> = (0..n * m).map(|i| (i % m) as i64 - (i / m) as i64).collect();
-    let diff = b.constant(i64_tensor(vec![n, m], diff)?);
+    let diff = b.constant(tensor(vec![n, m], diff)?);
     let k = match node.input(1) {
         Some(k) => k,
         None => b.constant(Tensor::scalar(0i64)),
     };
     let keep = b.op0(if op.upper { "GreaterOrEqual" } else { "LessOrEqual" }, &[diff, k]);
     let zero = b.constant(Tensor::zeros(dtype(inputs, 0)?, vec![]));
-    let out = output(b, node);
+    let out = b.output(node, 0);
     b.emit("Where", &[Some(keep), Some(x), Some(zero)], attrs(vec![]), vec![Some(out)]);
     Ok(())
 }
@@ -76,12 +56,10 @@ pub fn eye_like(
     let v: Vec<f32> = (0..n * m)
         .map(|i| if (i % m) as i64 - (i / m) as i64 == op.k { 1.0 } else { 0.0 })
         .collect();
-    let eye =
-        b.constant(Tensor::from_vec(vec![n, m], v).map_err(|e| OpError::Invalid(e.to_string()))?);
+    let eye = b.constant(tensor(vec![n, m], v)?);
     let to = op.dtype.unwrap_or(dtype(inputs, 0)?);
-    let out = output(b, node);
-    let to_attr = attrs(vec![("to", Attribute::Int(i64::from(to.to_onnx())))]);
-    b.emit("Cast", &[Some(eye)], to_attr, vec![Some(out)]);
+    let out = b.output(node, 0);
+    b.emit("Cast", &[Some(eye)], cast_to(to), vec![Some(out)]);
     Ok(())
 }
 
@@ -107,7 +85,7 @@ pub fn one_hot(
             let d = depth.to_f64_vec().map_err(|e| OpError::Invalid(e.to_string()))?;
             let d = OneHot::depth(&d)?;
             shape[axis] = d;
-            let positions = b.constant(i64_tensor(shape, (0..d as i64).collect())?);
+            let positions = b.constant(tensor(shape, (0..d as i64).collect())?);
             (positions, b.constant(Tensor::scalar(d as i64)))
         }
         None => {
@@ -135,7 +113,7 @@ pub fn one_hot(
     let on_i = b.constant(Tensor::scalar(1i64));
     let off = b.op("Gather", &[values, off_i], axis0());
     let on = b.op("Gather", &[values, on_i], axis0());
-    let out = output(b, node);
+    let out = b.output(node, 0);
     b.emit("Where", &[Some(hot), Some(on), Some(off)], attrs(vec![]), vec![Some(out)]);
     Ok(())
 }
@@ -155,7 +133,7 @@ pub fn swish(
         b.op0("Mul", &[x, a])
     };
     let s = b.op0("Sigmoid", &[scaled]);
-    let out = output(b, node);
+    let out = b.output(node, 0);
     if op.glu {
         let sw = b.op0("Mul", &[x, s]);
         let gate = input(node, 1)?;
@@ -179,7 +157,7 @@ pub fn lp_norm(
     let zero = b.scalar(dtype(inputs, 0)?, 0.0)?;
     let is_zero = b.op0("Equal", &[norm, zero]);
     let q = b.op0("Div", &[x, norm]);
-    let out = output(b, node);
+    let out = b.output(node, 0);
     b.emit("Where", &[Some(is_zero), Some(zero), Some(q)], attrs(vec![]), vec![Some(out)]);
     Ok(())
 }
@@ -206,7 +184,7 @@ pub fn depth_space(
     let t = b.transpose(r, &perm);
     let target: Vec<i64> = out_dims.iter().map(|&v| v as i64).collect();
     let target = b.ints(&target);
-    let out = output(b, node);
+    let out = b.output(node, 0);
     b.emit("Reshape", &[Some(t), Some(target)], attrs(vec![]), vec![Some(out)]);
     Ok(())
 }
@@ -232,7 +210,7 @@ pub fn lp_pool(
     let n = b.scalar(dt, size as f64)?;
     let sum = b.op0("Mul", &[mean, n]);
     let inv = b.scalar(dt, 1.0 / op.p as f64)?;
-    let out = output(b, node);
+    let out = b.output(node, 0);
     b.emit("Pow", &[Some(sum), Some(inv)], attrs(vec![]), vec![Some(out)]);
     Ok(())
 }

@@ -7,7 +7,7 @@ use onyx_core::ops::conv::{Conv, Geometry};
 use onyx_core::shape::Dim;
 use rayon::prelude::*;
 
-use super::fastmath::vectorized;
+use super::fastmath::{Wide, vectorized_wide};
 use super::matmul::{GemmType, Mat, gemm_into};
 use super::{CpuKernel, KernelIo, KernelRegistry, in_dtype, op, unsupported_dtype};
 
@@ -83,14 +83,16 @@ struct ConvKernel {
 
 /// A depthwise 2-D convolution (one input channel per group, any channel
 /// multiplier) in f32, computed directly: im2col + GEMM would run one tiny
-/// GEMM per channel. One output plane per task.
+/// GEMM per channel. One output plane per task: the input plane is copied
+/// once into a zero-padded buffer split into column phases (columns `q, q+s,
+/// …` for stride `s`), so every tap reads a contiguous run, and each run of
+/// [`LANES`] outputs is accumulated over all taps in registers.
 fn depthwise2d(io: &KernelIo, xs: &[usize], mg: usize, geo: &Geometry) -> Result<(), EpError> {
     let (c, h, w) = (xs[1], xs[2], xs[3]);
     let (kh, kw) = (geo.kernel[0], geo.kernel[1]);
     let (oh, ow) = (geo.output[0], geo.output[1]);
-    let (sh, sw) = (geo.strides[0], geo.strides[1]);
+    let (sh, sw) = (geo.strides[0], geo.strides[1].max(1));
     let (dh, dw) = (geo.dilations[0], geo.dilations[1]);
-    let (ph, pw) = (geo.pads_begin[0] as isize, geo.pads_begin[1] as isize);
     let m = c * mg;
     let x = io.input::<f32>(0)?;
     let wt = io.input::<f32>(1)?;
@@ -98,49 +100,191 @@ fn depthwise2d(io: &KernelIo, xs: &[usize], mg: usize, geo: &Geometry) -> Result
         Some(_) => Some(io.input::<f32>(2)?),
         None => None,
     };
+    // Per tap kx: its phase and its offset within a phase row.
+    let taps: Vec<(usize, usize)> = (0..kw).map(|kx| ((kx * dw) % sw, (kx * dw) / sw)).collect();
+    let reach = taps.iter().map(|t| t.1).max().unwrap_or(0);
+    let p = Plane {
+        h,
+        w,
+        kh,
+        kw,
+        oh,
+        ow,
+        sh,
+        sw,
+        dh,
+        pt: geo.pads_begin[0],
+        pl: geo.pads_begin[1],
+        rows: if oh == 0 { 0 } else { (oh - 1) * sh + (kh - 1) * dh + 1 },
+        // Whole runs of LANES from every output column and tap stay inside.
+        len: ow + reach + LANES,
+        taps,
+    };
     let out = io.output::<f32>(0)?;
-    out.par_chunks_mut((oh * ow).max(1)).enumerate().for_each(|(plane, dst)| {
-        vectorized(|| {
+    out.par_chunks_mut((oh * ow).max(1)).enumerate().for_each_init(
+        Vec::new,
+        |buf, (plane, dst)| {
             let (b, om) = (plane / m, plane % m);
             let src = &x[(b * c + om / mg) * h * w..][..h * w];
             let k = &wt[om * kh * kw..][..kh * kw];
             let start = bias.map_or(0.0, |bs| bs[om]);
-            for oy in 0..oh {
-                let drow = &mut dst[oy * ow..][..ow];
-                drow.fill(start);
-                for ky in 0..kh {
-                    let iy = (oy * sh + ky * dh) as isize - ph;
-                    if iy < 0 || iy >= h as isize {
-                        continue;
-                    }
-                    let srow = &src[iy as usize * w..][..w];
-                    for kx in 0..kw {
-                        let kv = k[ky * kw + kx];
-                        // Output column ox reads input column ox·sw + off; keep those inside.
-                        let off = (kx * dw) as isize - pw;
-                        let lo = if off < 0 { (-off as usize).div_ceil(sw) } else { 0 }.min(ow);
-                        let last = w as isize - 1 - off;
-                        let hi = if last < 0 { 0 } else { (last as usize / sw + 1).min(ow) };
-                        if lo >= hi {
-                            continue;
-                        }
-                        let first = (lo * sw) as isize + off;
-                        if sw == 1 {
-                            let s = &srow[first as usize..first as usize + (hi - lo)];
-                            for (d, &v) in drow[lo..hi].iter_mut().zip(s) {
-                                *d += v * kv;
-                            }
-                        } else {
-                            for (j, d) in drow[lo..hi].iter_mut().enumerate() {
-                                *d += srow[first as usize + j * sw] * kv;
-                            }
-                        }
-                    }
+            vectorized_wide(PlaneTask { p: &p, src, k, start, buf, dst });
+        },
+    );
+    Ok(())
+}
+
+/// Outputs a depthwise convolution accumulates together, in registers.
+const LANES: usize = 16;
+
+/// The geometry of one depthwise plane and of its padded, phase-split copy.
+struct Plane {
+    h: usize,
+    w: usize,
+    kh: usize,
+    kw: usize,
+    oh: usize,
+    ow: usize,
+    sh: usize,
+    sw: usize,
+    dh: usize,
+    /// Padding before the first row and column.
+    pt: usize,
+    pl: usize,
+    /// Padded rows read, and the length of each phase row.
+    rows: usize,
+    len: usize,
+    taps: Vec<(usize, usize)>,
+}
+
+/// One output plane of [`depthwise2d`], compiled for the widest vector ISA.
+struct PlaneTask<'a> {
+    p: &'a Plane,
+    src: &'a [f32],
+    k: &'a [f32],
+    start: f32,
+    buf: &'a mut Vec<f32>,
+    dst: &'a mut [f32],
+}
+
+impl Wide for PlaneTask<'_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn run(self) {
+        let PlaneTask { p, src, k, start, buf, dst } = self;
+        let (rows, len, sw) = (p.rows, p.len, p.sw);
+        buf.clear();
+        buf.resize(sw * rows * len, 0.0);
+        for py in 0..rows {
+            let Some(iy) = py.checked_sub(p.pt).filter(|&iy| iy < p.h) else { continue };
+            let srow = &src[iy * p.w..][..p.w];
+            for q in 0..sw {
+                // Phase q's column j is padded column j·sw + q, input column j·sw + q − pl.
+                let j0 = if p.pl <= q { 0 } else { (p.pl - q).div_ceil(sw) };
+                let Some(ix0) = (j0 * sw + q).checked_sub(p.pl).filter(|&i| i < p.w) else {
+                    continue;
+                };
+                let brow = &mut buf[(q * rows + py) * len..][..len];
+                if sw == 1 {
+                    let n = (p.w - ix0).min(len - j0.min(len));
+                    brow[j0..j0 + n].copy_from_slice(&srow[ix0..ix0 + n]);
+                    continue;
+                }
+                for (d, &v) in brow[j0.min(len)..].iter_mut().zip(srow[ix0..].iter().step_by(sw)) {
+                    *d = v;
                 }
             }
-        })
-    });
-    Ok(())
+        }
+        // Four vectors of independent sums hide the add latency: four runs
+        // of one row where rows are wide, one run of four rows elsewhere.
+        let wide = p.ow / (4 * LANES) * (4 * LANES);
+        for oy in 0..p.oh {
+            for ox in (0..wide).step_by(4 * LANES) {
+                depthwise_run::<{ 4 * LANES }>(p, buf, k, start, oy, ox, dst);
+            }
+        }
+        let tall = p.oh / 4 * 4;
+        for ox in (wide..p.ow).step_by(LANES) {
+            for oy in (0..tall).step_by(4) {
+                depthwise_run4(p, buf, k, start, oy, ox, dst);
+            }
+            for oy in tall..p.oh {
+                depthwise_run::<LANES>(p, buf, k, start, oy, ox, dst);
+            }
+        }
+    }
+}
+
+/// Outputs `ox..ox + N` (those that exist) of row `oy`, summed over all taps
+/// in registers.
+#[inline(always)]
+fn depthwise_run<const N: usize>(
+    p: &Plane,
+    buf: &[f32],
+    k: &[f32],
+    start: f32,
+    oy: usize,
+    ox: usize,
+    dst: &mut [f32],
+) {
+    let mut acc = [start; N];
+    for ky in 0..p.kh {
+        let py = oy * p.sh + ky * p.dh;
+        for (kx, &(q, shift)) in p.taps.iter().enumerate() {
+            let kv = k[ky * p.kw + kx];
+            let s = &buf[(q * p.rows + py) * p.len + ox + shift..][..N];
+            for (a, &v) in acc.iter_mut().zip(s) {
+                *a += v * kv;
+            }
+        }
+    }
+    let n = (p.ow - ox).min(N);
+    dst[oy * p.ow + ox..][..n].copy_from_slice(&acc[..n]);
+}
+
+/// [`depthwise_run`] of [`LANES`] outputs for rows `oy..oy + 4` together: four
+/// separate accumulators (each loop vectorizes like the one-row case).
+#[inline(always)]
+fn depthwise_run4(
+    p: &Plane,
+    buf: &[f32],
+    k: &[f32],
+    start: f32,
+    oy: usize,
+    ox: usize,
+    dst: &mut [f32],
+) {
+    let (mut a0, mut a1, mut a2, mut a3) =
+        ([start; LANES], [start; LANES], [start; LANES], [start; LANES]);
+    let stride = p.sh * p.len;
+    for ky in 0..p.kh {
+        let py = oy * p.sh + ky * p.dh;
+        for (kx, &(q, shift)) in p.taps.iter().enumerate() {
+            let kv = k[ky * p.kw + kx];
+            let at = (q * p.rows + py) * p.len + ox + shift;
+            let s0 = &buf[at..][..LANES];
+            let s1 = &buf[at + stride..][..LANES];
+            let s2 = &buf[at + 2 * stride..][..LANES];
+            let s3 = &buf[at + 3 * stride..][..LANES];
+            for (a, &v) in a0.iter_mut().zip(s0) {
+                *a += v * kv;
+            }
+            for (a, &v) in a1.iter_mut().zip(s1) {
+                *a += v * kv;
+            }
+            for (a, &v) in a2.iter_mut().zip(s2) {
+                *a += v * kv;
+            }
+            for (a, &v) in a3.iter_mut().zip(s3) {
+                *a += v * kv;
+            }
+        }
+    }
+    let n = (p.ow - ox).min(LANES);
+    for (r, acc) in [a0, a1, a2, a3].iter().enumerate() {
+        dst[(oy + r) * p.ow + ox..][..n].copy_from_slice(&acc[..n]);
+    }
 }
 
 fn conv<T: GemmType + bytemuck::Pod + num_traits::Zero>(
@@ -258,6 +402,7 @@ pub fn register_all(r: &mut KernelRegistry) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernels::View;
     use onyx_core::ops::conv::{AutoPad, Window};
 
     #[test]
@@ -280,5 +425,100 @@ mod tests {
         assert_eq!(&col[..9], &[0., 0., 0., 0., 1., 2., 0., 4., 5.]);
         // Kernel offset (1,1) reads x[o]: the input itself.
         assert_eq!(&col[27..], &[1., 2., 3., 4., 5., 6., 7., 8., 9.]);
+    }
+
+    fn view(data: &mut [f32], shape: &[usize]) -> Option<View> {
+        Some(View::new(data.as_mut_ptr().cast(), data.len() * 4, DType::F32, shape.to_vec()))
+    }
+
+    /// Direct convolution, one output element at a time.
+    #[allow(clippy::too_many_arguments)]
+    fn naive(
+        x: &[f32],
+        xs: [usize; 4],
+        w: &[f32],
+        ws: [usize; 4],
+        b: &[f32],
+        g: usize,
+        geo: &Geometry,
+    ) -> Vec<f32> {
+        let (cg, mg) = (xs[1] / g, ws[0] / g);
+        let (oh, ow) = (geo.output[0], geo.output[1]);
+        let mut out = vec![0f32; xs[0] * ws[0] * oh * ow];
+        for n in 0..xs[0] {
+            for m in 0..ws[0] {
+                for oy in 0..oh {
+                    for ox in 0..ow {
+                        let mut acc = b[m];
+                        for c in 0..cg {
+                            for ky in 0..ws[2] {
+                                for kx in 0..ws[3] {
+                                    let iy = (oy * geo.strides[0] + ky * geo.dilations[0]) as isize
+                                        - geo.pads_begin[0] as isize;
+                                    let ix = (ox * geo.strides[1] + kx * geo.dilations[1]) as isize
+                                        - geo.pads_begin[1] as isize;
+                                    if iy < 0
+                                        || ix < 0
+                                        || iy >= xs[2] as isize
+                                        || ix >= xs[3] as isize
+                                    {
+                                        continue;
+                                    }
+                                    let ci = (m / mg) * cg + c;
+                                    acc += x[((n * xs[1] + ci) * xs[2] + iy as usize) * xs[3]
+                                        + ix as usize]
+                                        * w[((m * cg + c) * ws[2] + ky) * ws[3] + kx];
+                                }
+                            }
+                        }
+                        out[((n * ws[0] + m) * oh + oy) * ow + ox] = acc;
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn depthwise_convolution_matches_a_naive_one_for_strides_pads_and_dilations() {
+        // (input dims, kernel, stride, dilation, pads, channel multiplier)
+        let cases = [
+            ([1, 3, 7, 9], 3, 1, 1, [1, 1, 1, 1], 1),
+            ([2, 2, 8, 11], 3, 2, 1, [1, 1, 1, 1], 2),
+            ([1, 4, 9, 10], 5, 2, 1, [2, 2, 2, 2], 1),
+            ([1, 2, 10, 13], 3, 3, 2, [0, 3, 1, 0], 1),
+            ([1, 1, 4, 3], 5, 2, 1, [2, 2, 2, 2], 1),
+            // Rows wide enough for the four-vector runs, with a tail.
+            ([1, 2, 4, 150], 3, 1, 1, [1, 1, 1, 1], 1),
+            ([1, 2, 5, 301], 5, 2, 1, [2, 2, 2, 2], 1),
+        ];
+        for (xs, k, s, d, pads, mult) in cases {
+            let window = Window {
+                kernel: Some(vec![k, k]),
+                strides: Some(vec![s, s]),
+                dilations: Some(vec![d, d]),
+                pads: Some(pads.to_vec()),
+                auto_pad: AutoPad::NotSet,
+                ceil_mode: false,
+            };
+            let geo = window.geometry(&xs[2..], &[k, k]).unwrap();
+            let ws = [xs[1] * mult, 1, k, k];
+            let mut x: Vec<f32> =
+                (0..xs.iter().product::<usize>()).map(|i| ((i * 7) % 13) as f32 - 6.0).collect();
+            let mut w: Vec<f32> = (0..ws.iter().product::<usize>())
+                .map(|i| ((i * 5) % 11) as f32 * 0.25 - 1.0)
+                .collect();
+            let mut b: Vec<f32> = (0..ws[0]).map(|i| i as f32 * 0.5).collect();
+            let want = naive(&x, xs, &w, ws, &b, xs[1], &geo);
+            let os = [xs[0], ws[0], geo.output[0], geo.output[1]];
+            let mut out = vec![f32::NAN; want.len()];
+            let io = KernelIo {
+                inputs: vec![view(&mut x, &xs), view(&mut w, &ws), view(&mut b, &[ws[0]])],
+                outputs: vec![view(&mut out, &os)],
+                values: vec![],
+            };
+            conv::<f32>(&io, &Conv { window, group: xs[1] }).unwrap();
+            assert_eq!(out, want, "input {xs:?} kernel {k} stride {s} dilation {d} pads {pads:?}");
+        }
     }
 }

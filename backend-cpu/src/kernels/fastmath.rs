@@ -29,6 +29,43 @@ pub fn vectorized<R>(f: impl FnOnce() -> R) -> R {
     }
 }
 
+/// Work for [`vectorized_wide`]. Implement `run` with `#[inline(always)]`.
+pub trait Wide {
+    /// What the work returns.
+    type Output;
+    /// Does the work.
+    fn run(self) -> Self::Output;
+}
+
+#[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+struct Dispatch<W>(W);
+
+#[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+impl<W: Wide> pulp::WithSimd for Dispatch<W> {
+    type Output = W::Output;
+
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(self, _: S) -> W::Output {
+        self.0.run()
+    }
+}
+
+/// [`vectorized`] for bodies too large for LLVM to inline into the wide code
+/// on its own (a closure's body is a separate function, compiled for the
+/// baseline when not inlined): `w.run()` is called through `#[inline(always)]`
+/// trait methods only, so it is compiled inside the dispatched function.
+#[inline(always)]
+pub fn vectorized_wide<W: Wide>(w: W) -> W::Output {
+    #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+    {
+        pulp::Arch::new().dispatch(Dispatch(w))
+    }
+    #[cfg(not(any(target_arch = "x86", target_arch = "x86_64")))]
+    {
+        w.run()
+    }
+}
+
 /// Adding and subtracting 1.5·2²³ rounds an f32 below 2²² to the nearest
 /// integer (ties to even), and leaves that integer in the low mantissa bits.
 const ROUND: f32 = 12_582_912.0;

@@ -16,7 +16,7 @@ use crate::ops::control::DeviceCopy;
 use crate::ops::decompose::Builder;
 use crate::ops::generate::Cast;
 use crate::ops::sequence::{SequenceKind, SequenceOp};
-use crate::ops::{Fact, InferInputs, Op, OpRegistry, downcast};
+use crate::ops::{Fact, InferInputs, Op, OpRegistry, downcast, fold};
 use crate::plan::{NodeTraits, Plan, topological_order};
 use crate::tensor::Tensor;
 
@@ -110,6 +110,8 @@ struct Pass<'a> {
     /// f32 copies of half-precision values, per provider (see `widen`).
     widened: HashMap<(ValueId, usize), ValueId>,
     captures: Vec<(ValueId, ValueId)>,
+    /// Nodes computed from constants while compiling.
+    folded: usize,
 }
 
 impl<'a> Pass<'a> {
@@ -134,6 +136,7 @@ impl<'a> Pass<'a> {
             copies: HashMap::new(),
             widened: HashMap::new(),
             captures: Vec::new(),
+            folded: 0,
         }
     }
 
@@ -284,6 +287,18 @@ impl<'a> Pass<'a> {
             let out = op
                 .infer(&InferInputs::new(&in_facts))
                 .map_err(|source| Error::Op { node: desc(), source })?;
+            if let Some(values) = fold::fold(&*op, &in_facts, &out, fold::COMPILE_LIMIT) {
+                // Computed from constants: the outputs become constants themselves.
+                log::debug!("{}: computed from constants while compiling", source.desc());
+                for (o, t) in source.outputs.iter().zip(values) {
+                    if let Some(v) = *o {
+                        self.facts[v.index()] = Some(Fact::from_tensor(&t));
+                        self.initializers.insert(v, t);
+                    }
+                }
+                self.folded += 1;
+                return Ok(());
+            }
             if op.runs_on_host(&in_facts) {
                 // Strings and host-only ops: inputs are read back, device outputs go to the primary.
                 (Action::Host, 0, out, Some(0))
@@ -596,6 +611,7 @@ impl<'a> Pass<'a> {
             location: self.location,
             weights: Vec::new(),
             captures,
+            folded: self.folded,
         }
     }
 }

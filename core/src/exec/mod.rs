@@ -1,6 +1,7 @@
 //! Compilation of graphs for a provider, and the executor that runs them.
 
 mod compile;
+mod fold;
 mod host;
 mod looping;
 mod on_host;

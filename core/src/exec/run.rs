@@ -253,6 +253,7 @@ impl<'a> Exec<'a> {
     fn finish(&mut self, cg: &CompiledGraph, frame: &mut Frame) -> Result<Vec<Val>, Error> {
         let mut outs = Vec::with_capacity(cg.graph.outputs.len());
         for &o in &cg.graph.outputs {
+            self.materialize(cg, frame, o, cg.steps.len() + 1)?;
             let val = frame.vals[o.index()].clone().ok_or_else(|| {
                 Error::Internal(format!("output '{}' was never produced", cg.graph.value(o).name))
             })?;
@@ -392,6 +393,10 @@ impl<'a> Exec<'a> {
         let op_err = |source: OpError| Error::Op { node: node.desc(), source };
         match &step.action {
             Action::Kernel(kernel) => {
+                if self.try_fold(cg, frame, node, step) {
+                    return Ok(());
+                }
+                self.materialize_data(cg, frame, node, step, s + 1)?;
                 let Gathered { args, values, facts } = self.gather(cg, frame, node, step).await?;
                 if let Some(i) = facts.iter().position(|f| f.as_ref().is_some_and(|f| f.sequence)) {
                     return Err(op_err(OpError::Invalid(format!(
@@ -454,6 +459,10 @@ impl<'a> Exec<'a> {
                 })?;
             }
             Action::View(slot) => {
+                if self.try_fold(cg, frame, node, step) {
+                    return Ok(());
+                }
+                self.materialize_data(cg, frame, node, step, s + 1)?;
                 // Identity also passes sequences and optionals through: same handles, one more reference.
                 if let (Some(Val::Seq(..) | Val::Empty(..)), Some(v)) = (
                     node.input(*slot).and_then(|v| frame.vals[v.index()].clone()),
@@ -489,6 +498,8 @@ impl<'a> Exec<'a> {
                 }
             }
             Action::If { then_branch, else_branch } => {
+                self.materialize_captures(cg, frame, then_branch, s + 1)?;
+                self.materialize_captures(cg, frame, else_branch, s + 1)?;
                 let cond_id = node.input(0).ok_or_else(|| op_err(OpError::MissingInput(0)))?;
                 let cond = self.host_value(cg, frame, cond_id).await?;
                 let cond = cond.to_i64_vec().map_err(|e| op_err(e.into()))?;
@@ -504,11 +515,19 @@ impl<'a> Exec<'a> {
                 self.run_branch(cg, frame, s, node, branch, name).await?;
             }
             Action::Resolved { branch, name } => {
+                self.materialize_captures(cg, frame, branch, s + 1)?;
                 self.run_branch(cg, frame, s, node, branch, name).await?;
             }
-            Action::Repeat { body } => self.repeat(cg, frame, s, step, body).await?,
+            Action::Repeat { body } => {
+                self.materialize_inputs(cg, frame, node, s + 1)?;
+                self.materialize_captures(cg, frame, body, s + 1)?;
+                self.repeat(cg, frame, s, step, body).await?;
+            }
             Action::Host => self.on_host(cg, frame, node, step).await?,
-            Action::Sequence(kind) => self.sequence(cg, frame, node, *kind).await?,
+            Action::Sequence(kind) => {
+                self.materialize_inputs(cg, frame, node, s + 1)?;
+                self.sequence(cg, frame, node, *kind).await?;
+            }
             Action::Copy => self.copy_across(cg, frame, node, step.provider).await?,
         }
         Ok(())

@@ -6,6 +6,7 @@ use crate::dtype::DType;
 use crate::error::OpError;
 use crate::graph::Node;
 use crate::shape::Shape;
+use crate::tensor::Tensor;
 
 /// The unary functions, with their attribute parameters.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -62,6 +63,14 @@ pub struct Unary {
 }
 
 impl Op for Unary {
+    fn folds(&self) -> super::fold::Folding {
+        super::fold::Folding::FromValues
+    }
+
+    fn fold(&self, i: &[Option<&Tensor>]) -> Option<Result<Vec<Tensor>, OpError>> {
+        super::fold::unary(self.kind, (*i.first()?)?)
+    }
+
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<Fact>, OpError> {
         let x = inputs.get(0)?;
         let dtype = match self.kind {
@@ -190,6 +199,14 @@ pub struct Binary {
 }
 
 impl Op for Binary {
+    fn folds(&self) -> super::fold::Folding {
+        super::fold::Folding::FromValues
+    }
+
+    fn fold(&self, i: &[Option<&Tensor>]) -> Option<Result<Vec<Tensor>, OpError>> {
+        super::fold::binary(self.kind, (*i.first()?)?, (*i.get(1)?)?)
+    }
+
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<Fact>, OpError> {
         let (a, b) = (inputs.get(0)?, inputs.get(1)?);
         if a.dtype != b.dtype && self.kind != BinaryKind::Pow {
@@ -327,6 +344,14 @@ impl Op for Clip {
 pub struct Where;
 
 impl Op for Where {
+    fn folds(&self) -> super::fold::Folding {
+        super::fold::Folding::FromValues
+    }
+
+    fn fold(&self, i: &[Option<&Tensor>]) -> Option<Result<Vec<Tensor>, OpError>> {
+        super::fold::where_((*i.first()?)?, (*i.get(1)?)?, (*i.get(2)?)?)
+    }
+
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<Fact>, OpError> {
         let (c, x, y) = (inputs.get(0)?, inputs.get(1)?, inputs.get(2)?);
         if c.dtype != DType::Bool {

@@ -17,6 +17,14 @@ pub struct ConstantOfShape {
 }
 
 impl Op for ConstantOfShape {
+    fn folds(&self) -> super::fold::Folding {
+        super::fold::Folding::FromValues
+    }
+
+    fn fold(&self, i: &[Option<&Tensor>]) -> Option<Result<Vec<Tensor>, OpError>> {
+        super::fold::constant_of_shape(&self.value, (*i.first()?)?)
+    }
+
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<Fact>, OpError> {
         let dtype = self.value.dtype();
         let Some(dims) = value_ints(inputs.get(0)?, 0)? else {
@@ -60,6 +68,14 @@ impl Range {
 }
 
 impl Op for Range {
+    fn folds(&self) -> super::fold::Folding {
+        super::fold::Folding::FromValues
+    }
+
+    fn fold(&self, i: &[Option<&Tensor>]) -> Option<Result<Vec<Tensor>, OpError>> {
+        super::fold::range((*i.first()?)?, (*i.get(1)?)?, (*i.get(2)?)?)
+    }
+
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<Fact>, OpError> {
         let start = inputs.get(0)?;
         let scalar = |i: usize| -> Result<Option<f64>, OpError> {
@@ -108,6 +124,14 @@ pub struct Cast {
 }
 
 impl Op for Cast {
+    fn folds(&self) -> super::fold::Folding {
+        super::fold::Folding::FromValues
+    }
+
+    fn fold(&self, i: &[Option<&Tensor>]) -> Option<Result<Vec<Tensor>, OpError>> {
+        super::fold::cast((*i.first()?)?, self.to)
+    }
+
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<Fact>, OpError> {
         Ok(vec![inputs.get(0)?.with_dtype(self.to)])
     }

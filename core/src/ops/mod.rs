@@ -13,6 +13,7 @@ pub mod domains;
 pub mod einsum;
 pub mod elementwise;
 mod fact;
+pub mod fold;
 pub mod generate;
 pub mod indexing;
 pub mod linalg;
@@ -98,6 +99,22 @@ pub trait Op: fmt::Debug + Send + Sync + Any {
         _inputs: &[Option<crate::tensor::Tensor>],
     ) -> Result<Vec<crate::tensor::Tensor>, OpError> {
         Err(OpError::Unsupported("evaluation on the host".into()))
+    }
+
+    /// Whether this op's outputs can be computed on the host from known
+    /// inputs (see [`fold`]). The default: never.
+    fn folds(&self) -> fold::Folding {
+        fold::Folding::Never
+    }
+
+    /// Computes the outputs on the host from the values of all inputs (absent
+    /// ones `None`), for ops whose [`folds`](Op::folds) is `FromValues`.
+    /// `None` when these dtypes or attributes are not folded (a kernel runs).
+    fn fold(
+        &self,
+        _inputs: &[Option<&crate::tensor::Tensor>],
+    ) -> Option<Result<Vec<crate::tensor::Tensor>, OpError>> {
+        None
     }
 
     /// Writes this node as standard ops into `b`, for a primary provider that

@@ -5,6 +5,7 @@ use super::{Fact, InferInputs, Op, OpRegistry, broadcast_shapes, check_inputs};
 use crate::dtype::DType;
 use crate::error::OpError;
 use crate::shape::{Dim, Shape};
+use crate::tensor::Tensor;
 
 /// `Transpose` with a permutation (default: reverse the axes).
 #[derive(Debug, Clone)]
@@ -35,6 +36,18 @@ impl Transpose {
 }
 
 impl Op for Transpose {
+    fn folds(&self) -> super::fold::Folding {
+        super::fold::Folding::FromValues
+    }
+
+    fn fold(&self, i: &[Option<&Tensor>]) -> Option<Result<Vec<Tensor>, OpError>> {
+        let x = (*i.first()?)?;
+        match self.perm(x.shape().len()) {
+            Ok(p) => super::fold::transpose(x, &p),
+            Err(e) => Some(Err(e)),
+        }
+    }
+
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<Fact>, OpError> {
         let x = inputs.get(0)?;
         let Some(s) = &x.shape else { return Ok(vec![Fact::unranked(x.dtype)]) };
@@ -51,6 +64,15 @@ pub struct Concat {
 }
 
 impl Op for Concat {
+    fn folds(&self) -> super::fold::Folding {
+        super::fold::Folding::FromValues
+    }
+
+    fn fold(&self, i: &[Option<&Tensor>]) -> Option<Result<Vec<Tensor>, OpError>> {
+        let xs: Vec<&Tensor> = i.iter().flatten().copied().collect();
+        super::fold::concat(&xs, self.axis)
+    }
+
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<Fact>, OpError> {
         let facts: Vec<&Fact> = inputs.present().collect();
         let first = facts.first().ok_or(OpError::MissingInput(0))?;
@@ -241,6 +263,28 @@ impl Slice {
 }
 
 impl Op for Slice {
+    fn folds(&self) -> super::fold::Folding {
+        super::fold::Folding::FromValues
+    }
+
+    fn fold(&self, i: &[Option<&Tensor>]) -> Option<Result<Vec<Tensor>, OpError>> {
+        let x = (*i.first()?)?;
+        match &self.attrs {
+            Some(a) => super::fold::slice(x, &a.starts, &a.ends, a.axes.as_deref(), None),
+            None => {
+                let ints = |k: usize| -> Option<Option<Vec<i64>>> {
+                    match i.get(k).copied().flatten() {
+                        None => Some(None),
+                        Some(t) => t.to_i64_vec().ok().map(Some),
+                    }
+                };
+                let (starts, ends) = (ints(1)??, ints(2)??);
+                let (axes, steps) = (ints(3)?, ints(4)?);
+                super::fold::slice(x, &starts, &ends, axes.as_deref(), steps.as_deref())
+            }
+        }
+    }
+
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<Fact>, OpError> {
         let x = inputs.get(0)?;
         let (starts, ends, axes, steps) = match &self.attrs {
@@ -306,6 +350,14 @@ pub struct Gather {
 }
 
 impl Op for Gather {
+    fn folds(&self) -> super::fold::Folding {
+        super::fold::Folding::FromValues
+    }
+
+    fn fold(&self, i: &[Option<&Tensor>]) -> Option<Result<Vec<Tensor>, OpError>> {
+        super::fold::gather((*i.first()?)?, (*i.get(1)?)?, self.axis)
+    }
+
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<Fact>, OpError> {
         let (x, idx) = (inputs.get(0)?, inputs.get(1)?);
         if !matches!(idx.dtype, DType::I32 | DType::I64) {
@@ -331,6 +383,14 @@ impl Op for Gather {
 pub struct Expand;
 
 impl Op for Expand {
+    fn folds(&self) -> super::fold::Folding {
+        super::fold::Folding::FromValues
+    }
+
+    fn fold(&self, i: &[Option<&Tensor>]) -> Option<Result<Vec<Tensor>, OpError>> {
+        super::fold::expand((*i.first()?)?, (*i.get(1)?)?)
+    }
+
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<Fact>, OpError> {
         let x = inputs.get(0)?;
         let Some(target) = value_ints(inputs.get(1)?, 1)? else {

@@ -109,7 +109,11 @@ impl Op for Reshape {
         };
         let dims = match &x.shape {
             Some(s) => s.0.clone(),
-            None if target.iter().all(|&t| t > 0 || (t == 0 && self.allowzero)) => vec![],
+            // An input of unknown rank: a target of plain sizes is the output shape.
+            None if target.iter().all(|&t| t > 0 || (t == 0 && self.allowzero)) => {
+                let out = target.iter().map(|&t| Dim::Known(t as usize)).collect();
+                return Ok(vec![Fact::new(x.dtype, Shape(out))]);
+            }
             None => return Ok(vec![Fact::ranked(x.dtype, target.len())]),
         };
         Ok(vec![Fact::new(x.dtype, Shape(Reshape::output_shape(&dims, &target, self.allowzero)?))])
@@ -288,6 +292,10 @@ impl ShapeOf {
 }
 
 impl Op for ShapeOf {
+    fn folds(&self) -> super::fold::Folding {
+        super::fold::Folding::FromShapes
+    }
+
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<Fact>, OpError> {
         let x = inputs.get(0)?;
         let Some(s) = &x.shape else { return Ok(vec![Fact::ranked(DType::I64, 1)]) };
@@ -307,6 +315,10 @@ impl Op for ShapeOf {
 pub struct Size;
 
 impl Op for Size {
+    fn folds(&self) -> super::fold::Folding {
+        super::fold::Folding::FromShapes
+    }
+
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<Fact>, OpError> {
         let x = inputs.get(0)?;
         let mut f = Fact::known(DType::I64, &[]);

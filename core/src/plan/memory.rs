@@ -10,6 +10,9 @@ pub struct RunTrace {
     /// For each value, the bytes of the buffer it allocated (`None`: it allocated
     /// nothing: a view, an in-place output, an initializer, a sequence).
     pub allocated: Vec<Option<u64>>,
+    /// For each value allocated later than its producer ran (a host value
+    /// uploaded at its first device use): the timeline point (step + 1) where.
+    pub allocated_at: Vec<Option<usize>>,
     /// For each step, the value whose buffer output 0 took over (in place).
     pub in_place: Vec<Option<ValueId>>,
     /// For each step that ran a subgraph, that subgraph's figures.
@@ -23,6 +26,7 @@ impl RunTrace {
     pub fn new(graph: &Graph, plan: &Plan, providers: usize) -> Self {
         RunTrace {
             allocated: vec![None; graph.values.len()],
+            allocated_at: vec![None; graph.values.len()],
             in_place: vec![None; plan.order.len()],
             inner: vec![None; plan.order.len()],
             output_copies: vec![0; providers],
@@ -111,7 +115,8 @@ impl Plan {
             if let Some(bytes) = trace.allocated[v] {
                 size[g] += bytes;
                 provider[g] = location.get(v).copied().flatten().unwrap_or(0).min(np - 1);
-                start[g] = start[g].min(self.producer_step[v].map_or(0, |s| s + 1));
+                let at = trace.allocated_at[v].or(self.producer_step[v].map(|s| s + 1));
+                start[g] = start[g].min(at.unwrap_or(0));
             }
             let e = match self.guards[v] {
                 Some(_) => end_of_run,

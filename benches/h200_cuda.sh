@@ -56,6 +56,8 @@ if has models; then
         python3 -c "import json,sys; r=json.load(open('$RES/bert_bench_8x$seq.json')); print(json.dumps({'case': 'bert_fp16_8x$seq', 'device': r['device'], **{k: round(v,3) for k,v in r['warm'].items() if k.endswith('ms')}}))" \
             | tee -a "$RES/bert_onyx.jsonl"
     done
+    # PyTorch again after Onyx: the machine's speed drifts, so Onyx's runs are bracketed.
+    python3 benches/bert_torch.py "$M" | tee "$RES/bert_torch_after.jsonl"
 fi
 
 if has conformance; then

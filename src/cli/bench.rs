@@ -126,13 +126,15 @@ pub struct OpTime {
 impl Profile {
     fn of(session: &onyx::Session, o: &onyx::RunOutputs) -> Profile {
         let g = &session.model().graph;
-        let op_of: std::collections::HashMap<&str, &str> =
-            g.nodes.iter().map(|n| (n.name.as_str(), n.op_type.as_str())).collect();
+        let mut op_of: std::collections::HashMap<String, String> =
+            g.nodes.iter().map(|n| (n.name.clone(), n.op_type.clone())).collect();
+        // Nodes compilation made (fused chains) are named only in the placement.
+        op_of.extend(session.placement().into_iter().map(|(n, _)| (n.name, n.op_type)));
         let mut by: std::collections::BTreeMap<&str, (usize, f64)> = Default::default();
         let mut nodes = 0;
         for step in &o.memory.timeline {
             let Some(ms) = step.ms else { continue };
-            let op = op_of.get(step.step.as_str()).copied().unwrap_or("?");
+            let op = op_of.get(step.step.as_str()).map_or("?", String::as_str);
             let e = by.entry(op).or_default();
             e.0 += 1;
             e.1 += ms;

@@ -5,7 +5,6 @@
 mod common;
 
 use common::*;
-use onyx::core::ep::ExecutionProvider;
 use onyx::{DType, Tensor, Value};
 
 fn i64s(shape: &[usize], v: &[i64]) -> Tensor {

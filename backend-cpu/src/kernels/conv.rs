@@ -198,92 +198,87 @@ impl Wide for PlaneTask<'_> {
         }
         // Four vectors of independent sums hide the add latency: four runs
         // of one row where rows are wide, one run of four rows elsewhere.
+        let runs = Runs { p, buf, k, start };
         let wide = p.ow / (4 * LANES) * (4 * LANES);
         for oy in 0..p.oh {
             for ox in (0..wide).step_by(4 * LANES) {
-                depthwise_run::<{ 4 * LANES }>(p, buf, k, start, oy, ox, dst);
+                runs.one::<{ 4 * LANES }>(oy, ox, dst);
             }
         }
         let tall = p.oh / 4 * 4;
         for ox in (wide..p.ow).step_by(LANES) {
             for oy in (0..tall).step_by(4) {
-                depthwise_run4(p, buf, k, start, oy, ox, dst);
+                runs.four(oy, ox, dst);
             }
             for oy in tall..p.oh {
-                depthwise_run::<LANES>(p, buf, k, start, oy, ox, dst);
+                runs.one::<LANES>(oy, ox, dst);
             }
         }
     }
 }
 
-/// Outputs `ox..ox + N` (those that exist) of row `oy`, summed over all taps
-/// in registers.
-#[inline(always)]
-fn depthwise_run<const N: usize>(
-    p: &Plane,
-    buf: &[f32],
-    k: &[f32],
+/// What every run of one plane reads: geometry, padded input, taps, bias.
+struct Runs<'a> {
+    p: &'a Plane,
+    buf: &'a [f32],
+    k: &'a [f32],
     start: f32,
-    oy: usize,
-    ox: usize,
-    dst: &mut [f32],
-) {
-    let mut acc = [start; N];
-    for ky in 0..p.kh {
-        let py = oy * p.sh + ky * p.dh;
-        for (kx, &(q, shift)) in p.taps.iter().enumerate() {
-            let kv = k[ky * p.kw + kx];
-            let s = &buf[(q * p.rows + py) * p.len + ox + shift..][..N];
-            for (a, &v) in acc.iter_mut().zip(s) {
-                *a += v * kv;
-            }
-        }
-    }
-    let n = (p.ow - ox).min(N);
-    dst[oy * p.ow + ox..][..n].copy_from_slice(&acc[..n]);
 }
 
-/// [`depthwise_run`] of [`LANES`] outputs for rows `oy..oy + 4` together: four
-/// separate accumulators (each loop vectorizes like the one-row case).
-#[inline(always)]
-fn depthwise_run4(
-    p: &Plane,
-    buf: &[f32],
-    k: &[f32],
-    start: f32,
-    oy: usize,
-    ox: usize,
-    dst: &mut [f32],
-) {
-    let (mut a0, mut a1, mut a2, mut a3) =
-        ([start; LANES], [start; LANES], [start; LANES], [start; LANES]);
-    let stride = p.sh * p.len;
-    for ky in 0..p.kh {
-        let py = oy * p.sh + ky * p.dh;
-        for (kx, &(q, shift)) in p.taps.iter().enumerate() {
-            let kv = k[ky * p.kw + kx];
-            let at = (q * p.rows + py) * p.len + ox + shift;
-            let s0 = &buf[at..][..LANES];
-            let s1 = &buf[at + stride..][..LANES];
-            let s2 = &buf[at + 2 * stride..][..LANES];
-            let s3 = &buf[at + 3 * stride..][..LANES];
-            for (a, &v) in a0.iter_mut().zip(s0) {
-                *a += v * kv;
-            }
-            for (a, &v) in a1.iter_mut().zip(s1) {
-                *a += v * kv;
-            }
-            for (a, &v) in a2.iter_mut().zip(s2) {
-                *a += v * kv;
-            }
-            for (a, &v) in a3.iter_mut().zip(s3) {
-                *a += v * kv;
+impl Runs<'_> {
+    /// Outputs `ox..ox + N` (those that exist) of row `oy`, summed over all
+    /// taps in registers.
+    #[inline(always)]
+    fn one<const N: usize>(&self, oy: usize, ox: usize, dst: &mut [f32]) {
+        let p = self.p;
+        let mut acc = [self.start; N];
+        for ky in 0..p.kh {
+            let py = oy * p.sh + ky * p.dh;
+            for (kx, &(q, shift)) in p.taps.iter().enumerate() {
+                let kv = self.k[ky * p.kw + kx];
+                let s = &self.buf[(q * p.rows + py) * p.len + ox + shift..][..N];
+                for (a, &v) in acc.iter_mut().zip(s) {
+                    *a += v * kv;
+                }
             }
         }
+        let n = (p.ow - ox).min(N);
+        dst[oy * p.ow + ox..][..n].copy_from_slice(&acc[..n]);
     }
-    let n = (p.ow - ox).min(LANES);
-    for (r, acc) in [a0, a1, a2, a3].iter().enumerate() {
-        dst[(oy + r) * p.ow + ox..][..n].copy_from_slice(&acc[..n]);
+
+    /// [`LANES`] outputs for rows `oy..oy + 4` together: four separate
+    /// accumulators (each loop vectorizes like the one-row case).
+    #[inline(always)]
+    fn four(&self, oy: usize, ox: usize, dst: &mut [f32]) {
+        let p = self.p;
+        let start = self.start;
+        let (mut a0, mut a1, mut a2, mut a3) =
+            ([start; LANES], [start; LANES], [start; LANES], [start; LANES]);
+        let stride = p.sh * p.len;
+        for ky in 0..p.kh {
+            let py = oy * p.sh + ky * p.dh;
+            for (kx, &(q, shift)) in p.taps.iter().enumerate() {
+                let kv = self.k[ky * p.kw + kx];
+                let at = (q * p.rows + py) * p.len + ox + shift;
+                let row = |r: usize| &self.buf[at + r * stride..][..LANES];
+                for (a, &v) in a0.iter_mut().zip(row(0)) {
+                    *a += v * kv;
+                }
+                for (a, &v) in a1.iter_mut().zip(row(1)) {
+                    *a += v * kv;
+                }
+                for (a, &v) in a2.iter_mut().zip(row(2)) {
+                    *a += v * kv;
+                }
+                for (a, &v) in a3.iter_mut().zip(row(3)) {
+                    *a += v * kv;
+                }
+            }
+        }
+        let n = (p.ow - ox).min(LANES);
+        for (r, acc) in [a0, a1, a2, a3].iter().enumerate() {
+            dst[(oy + r) * p.ow + ox..][..n].copy_from_slice(&acc[..n]);
+        }
     }
 }
 

@@ -23,6 +23,7 @@ use crate::tensor::Tensor;
 use super::program::{Action, CompiledGraph, Step};
 use super::widen;
 
+mod fuse;
 mod subgraph;
 
 /// The domain of nodes the planner inserts (device copies).
@@ -72,6 +73,7 @@ fn compile_graph(
     outputs_on: Option<usize>,
     input_facts: &[Option<Fact>],
 ) -> Result<CompiledGraph, Error> {
+    let graph = fuse::gelu(&graph).map_or(graph, Arc::new);
     let mut pass = Pass::new(&graph, providers, opts);
     if let Err(e) = pass.run(outer, outputs_on, input_facts) {
         // Subgraphs compiled so far hold uploaded weights.

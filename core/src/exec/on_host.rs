@@ -33,7 +33,8 @@ impl Exec<'_> {
         what: &str,
     ) -> Result<Slot, Error> {
         let bytes = t.bytes().map_err(|e| Error::Internal(e.to_string()))?;
-        let key = self.alloc(p, bytes.len() as u64, t.dtype().align() as u32, what)?;
+        let key =
+            self.alloc(p, bytes.len() as u64, t.dtype().align() as u32, &|| what.to_string())?;
         let buffer = self.bufs[key].buffer;
         self.providers[p]
             .upload(buffer, bytes)

@@ -275,7 +275,8 @@ impl<'a> Exec<'a> {
                     continue;
                 }
                 let (src, bytes, p) = (b.buffer, b.buffer.size, b.provider);
-                let key = self.alloc(p, bytes, slot.dtype.align() as u32, "an output copy")?;
+                let key =
+                    self.alloc(p, bytes, slot.dtype.align() as u32, &|| "an output copy".into())?;
                 let dst = self.bufs[key].buffer;
                 self.providers[p]
                     .copy(src, dst, bytes)
@@ -426,12 +427,10 @@ impl<'a> Exec<'a> {
                             key
                         }
                         None => {
-                            let key = self.alloc(
-                                step.provider,
-                                bytes,
-                                dtype.align() as u32,
-                                &format!("output {i} of {}", node.desc()),
-                            )?;
+                            let key =
+                                self.alloc(step.provider, bytes, dtype.align() as u32, &|| {
+                                    format!("output {i} of {}", node.desc())
+                                })?;
                             frame.trace.allocated[v.index()] = Some(bytes);
                             key
                         }

@@ -67,7 +67,7 @@ impl Exec<'_> {
             }
             SequenceKind::Length => {
                 let (_, items) = as_seq(input(0)?)?;
-                let key = self.alloc(0, 8, 8, "a sequence length")?;
+                let key = self.alloc(0, 8, 8, &|| "a sequence length".into())?;
                 let buffer = self.bufs[key].buffer;
                 self.providers[0]
                     .upload(buffer, &(items.len() as i64).to_le_bytes())

@@ -124,11 +124,12 @@ impl<'a> Exec<'a> {
         p: usize,
         bytes: u64,
         align: u32,
-        what: &str,
+        what: &dyn Fn() -> String,
     ) -> Result<usize, Error> {
-        let buffer = self.providers[p]
-            .allocate(bytes, align)
-            .map_err(|e| self.provider_err(p, format!("allocating {bytes} bytes for {what}"), e))?;
+        // `what` is formatted only on failure: this runs for every kernel output.
+        let buffer = self.providers[p].allocate(bytes, align).map_err(|e| {
+            self.provider_err(p, format!("allocating {bytes} bytes for {}", what()), e)
+        })?;
         self.ledger.insert((p, buffer.id));
         Ok(self.adopt(buffer, p, true))
     }

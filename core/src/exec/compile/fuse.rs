@@ -11,6 +11,7 @@
 
 use std::collections::HashMap;
 
+use crate::dtype::DType;
 use crate::graph::{Attributes, DEFAULT_DOMAIN, Graph, Node, ValueId};
 
 /// The graph with every Gelu chain fused, or `None` when it has none.
@@ -24,10 +25,12 @@ pub fn gelu(graph: &Graph) -> Option<Graph> {
     for &o in &graph.outputs {
         *consumers.entry(o).or_default() += 1;
     }
+    // Constants share x's dtype (the chain's ops require it): only the dtypes
+    // every provider's Gelu computes are fused.
     let scalar = |v: ValueId, want: f64| {
         graph.initializers.get(&v).is_some_and(|t| {
             t.numel() == 1
-                && t.dtype().is_float()
+                && matches!(t.dtype(), DType::F32 | DType::F16 | DType::BF16)
                 && t.to_f64_vec().is_ok_and(|x| (x[0] - want).abs() <= want * 2e-3)
         })
     };
@@ -140,6 +143,10 @@ mod tests {
 
     /// x=0, constants √2=1, one=2, half=3; chain values 4..8; y = 8.
     fn chain(extra_reader: bool) -> Graph {
+        chain_of(extra_reader, Tensor::scalar::<f32>)
+    }
+
+    fn chain_of(extra_reader: bool, c: impl Fn(f32) -> Tensor) -> Graph {
         let mut nodes = vec![
             node("Div", &[0, 1], 4),
             node("Erf", &[4], 5),
@@ -150,7 +157,6 @@ mod tests {
         if extra_reader {
             nodes.push(node("Neg", &[6], 9));
         }
-        let c = |v: f32| Tensor::scalar(v);
         Graph {
             name: "g".into(),
             values: (0..10).map(|i| ValueInfo { name: format!("v{i}"), declared: None }).collect(),
@@ -179,5 +185,10 @@ mod tests {
     #[test]
     fn a_chain_whose_intermediate_is_read_elsewhere_is_left_alone() {
         assert!(gelu(&chain(true)).is_none());
+    }
+
+    #[test]
+    fn a_double_precision_chain_is_left_to_its_ops() {
+        assert!(gelu(&chain_of(false, |v| Tensor::scalar(v as f64))).is_none());
     }
 }

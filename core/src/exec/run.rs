@@ -497,8 +497,6 @@ impl<'a> Exec<'a> {
                 }
             }
             Action::If { then_branch, else_branch } => {
-                self.materialize_captures(cg, frame, then_branch, s + 1)?;
-                self.materialize_captures(cg, frame, else_branch, s + 1)?;
                 let cond_id = node.input(0).ok_or_else(|| op_err(OpError::MissingInput(0)))?;
                 let cond = self.host_value(cg, frame, cond_id).await?;
                 let cond = cond.to_i64_vec().map_err(|e| op_err(e.into()))?;
@@ -514,7 +512,6 @@ impl<'a> Exec<'a> {
                 self.run_branch(cg, frame, s, node, branch, name).await?;
             }
             Action::Resolved { branch, name } => {
-                self.materialize_captures(cg, frame, branch, s + 1)?;
                 self.run_branch(cg, frame, s, node, branch, name).await?;
             }
             Action::Repeat { body } => {
@@ -589,6 +586,7 @@ impl<'a> Exec<'a> {
         branch: &CompiledGraph,
         name: &str,
     ) -> Result<(), Error> {
+        self.materialize_captures(cg, frame, branch, s + 1)?;
         let bindings = self.bind_captures(cg, frame, branch)?;
         let (outs, figures) = self.run_graph(branch, bindings, false).await.map_err(|e| {
             Error::Subgraph { node: node.desc(), branch: name.into(), source: Box::new(e) }

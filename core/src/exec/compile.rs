@@ -112,8 +112,6 @@ struct Pass<'a> {
     /// f32 copies of half-precision values, per provider (see `widen`).
     widened: HashMap<(ValueId, usize), ValueId>,
     captures: Vec<(ValueId, ValueId)>,
-    /// Nodes computed from constants while compiling.
-    folded: usize,
 }
 
 impl<'a> Pass<'a> {
@@ -138,7 +136,6 @@ impl<'a> Pass<'a> {
             copies: HashMap::new(),
             widened: HashMap::new(),
             captures: Vec::new(),
-            folded: 0,
         }
     }
 
@@ -298,7 +295,6 @@ impl<'a> Pass<'a> {
                         self.initializers.insert(v, t);
                     }
                 }
-                self.folded += 1;
                 return Ok(());
             }
             if op.runs_on_host(&in_facts) {
@@ -613,7 +609,6 @@ impl<'a> Pass<'a> {
             location: self.location,
             weights: Vec::new(),
             captures,
-            folded: self.folded,
         }
     }
 }

@@ -9,7 +9,7 @@ use crate::ops::fold::{self, Folding};
 use crate::ops::{Fact, InferInputs};
 use crate::tensor::Tensor;
 
-use super::program::{Action, CompiledGraph, Step};
+use super::program::{CompiledGraph, Step};
 use super::state::{Exec, Frame, Val};
 
 impl Exec<'_> {
@@ -32,13 +32,7 @@ impl Exec<'_> {
         node: &Node,
         step: &Step,
     ) -> bool {
-        let how = match step.action {
-            Action::View(_) => Folding::FromValues,
-            _ => step.op.folds(),
-        };
-        if how == Folding::Never {
-            return false;
-        }
+        let how = step.op.folds();
         let mut facts = Vec::with_capacity(node.inputs.len());
         for input in &node.inputs {
             let Some(v) = *input else {

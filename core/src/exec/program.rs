@@ -98,9 +98,6 @@ pub struct CompiledGraph {
     pub weights: Vec<(ValueId, usize, TensorArg)>,
     /// For a subgraph: where each captured value comes from in the enclosing graph.
     pub captures: Vec<(ValueId, ValueId)>,
-    /// Nodes computed from constants while compiling; their outputs became
-    /// constants (see [`crate::ops::fold`]).
-    pub folded: usize,
 }
 
 impl CompiledGraph {

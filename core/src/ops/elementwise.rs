@@ -63,10 +63,6 @@ pub struct Unary {
 }
 
 impl Op for Unary {
-    fn folds(&self) -> super::fold::Folding {
-        super::fold::Folding::FromValues
-    }
-
     fn fold(&self, i: &[Option<&Tensor>]) -> Option<Result<Vec<Tensor>, OpError>> {
         super::fold::unary(self.kind, (*i.first()?)?)
     }
@@ -199,10 +195,6 @@ pub struct Binary {
 }
 
 impl Op for Binary {
-    fn folds(&self) -> super::fold::Folding {
-        super::fold::Folding::FromValues
-    }
-
     fn fold(&self, i: &[Option<&Tensor>]) -> Option<Result<Vec<Tensor>, OpError>> {
         super::fold::binary(self.kind, (*i.first()?)?, (*i.get(1)?)?)
     }
@@ -344,10 +336,6 @@ impl Op for Clip {
 pub struct Where;
 
 impl Op for Where {
-    fn folds(&self) -> super::fold::Folding {
-        super::fold::Folding::FromValues
-    }
-
     fn fold(&self, i: &[Option<&Tensor>]) -> Option<Result<Vec<Tensor>, OpError>> {
         super::fold::where_((*i.first()?)?, (*i.get(1)?)?, (*i.get(2)?)?)
     }

@@ -17,10 +17,6 @@ pub struct ConstantOfShape {
 }
 
 impl Op for ConstantOfShape {
-    fn folds(&self) -> super::fold::Folding {
-        super::fold::Folding::FromValues
-    }
-
     fn fold(&self, i: &[Option<&Tensor>]) -> Option<Result<Vec<Tensor>, OpError>> {
         super::fold::constant_of_shape(&self.value, (*i.first()?)?)
     }
@@ -68,10 +64,6 @@ impl Range {
 }
 
 impl Op for Range {
-    fn folds(&self) -> super::fold::Folding {
-        super::fold::Folding::FromValues
-    }
-
     fn fold(&self, i: &[Option<&Tensor>]) -> Option<Result<Vec<Tensor>, OpError>> {
         super::fold::range((*i.first()?)?, (*i.get(1)?)?, (*i.get(2)?)?)
     }
@@ -124,10 +116,6 @@ pub struct Cast {
 }
 
 impl Op for Cast {
-    fn folds(&self) -> super::fold::Folding {
-        super::fold::Folding::FromValues
-    }
-
     fn fold(&self, i: &[Option<&Tensor>]) -> Option<Result<Vec<Tensor>, OpError>> {
         super::fold::cast((*i.first()?)?, self.to)
     }

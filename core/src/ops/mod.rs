@@ -101,15 +101,15 @@ pub trait Op: fmt::Debug + Send + Sync + Any {
         Err(OpError::Unsupported("evaluation on the host".into()))
     }
 
-    /// Whether this op's outputs can be computed on the host from known
-    /// inputs (see [`fold`]). The default: never.
+    /// How this op's outputs can be computed on the host (see [`fold`]). The
+    /// default: from the values of all inputs, through [`fold`](Op::fold).
     fn folds(&self) -> fold::Folding {
-        fold::Folding::Never
+        fold::Folding::FromValues
     }
 
     /// Computes the outputs on the host from the values of all inputs (absent
-    /// ones `None`), for ops whose [`folds`](Op::folds) is `FromValues`.
-    /// `None` when these dtypes or attributes are not folded (a kernel runs).
+    /// ones `None`). `None` when this op, or these dtypes or attributes, are
+    /// not folded (the default: a kernel runs).
     fn fold(
         &self,
         _inputs: &[Option<&crate::tensor::Tensor>],

@@ -36,10 +36,6 @@ impl Transpose {
 }
 
 impl Op for Transpose {
-    fn folds(&self) -> super::fold::Folding {
-        super::fold::Folding::FromValues
-    }
-
     fn fold(&self, i: &[Option<&Tensor>]) -> Option<Result<Vec<Tensor>, OpError>> {
         let x = (*i.first()?)?;
         match self.perm(x.shape().len()) {
@@ -64,10 +60,6 @@ pub struct Concat {
 }
 
 impl Op for Concat {
-    fn folds(&self) -> super::fold::Folding {
-        super::fold::Folding::FromValues
-    }
-
     fn fold(&self, i: &[Option<&Tensor>]) -> Option<Result<Vec<Tensor>, OpError>> {
         let xs: Vec<&Tensor> = i.iter().flatten().copied().collect();
         super::fold::concat(&xs, self.axis)
@@ -263,10 +255,6 @@ impl Slice {
 }
 
 impl Op for Slice {
-    fn folds(&self) -> super::fold::Folding {
-        super::fold::Folding::FromValues
-    }
-
     fn fold(&self, i: &[Option<&Tensor>]) -> Option<Result<Vec<Tensor>, OpError>> {
         let x = (*i.first()?)?;
         match &self.attrs {
@@ -350,10 +338,6 @@ pub struct Gather {
 }
 
 impl Op for Gather {
-    fn folds(&self) -> super::fold::Folding {
-        super::fold::Folding::FromValues
-    }
-
     fn fold(&self, i: &[Option<&Tensor>]) -> Option<Result<Vec<Tensor>, OpError>> {
         super::fold::gather((*i.first()?)?, (*i.get(1)?)?, self.axis)
     }
@@ -383,10 +367,6 @@ impl Op for Gather {
 pub struct Expand;
 
 impl Op for Expand {
-    fn folds(&self) -> super::fold::Folding {
-        super::fold::Folding::FromValues
-    }
-
     fn fold(&self, i: &[Option<&Tensor>]) -> Option<Result<Vec<Tensor>, OpError>> {
         super::fold::expand((*i.first()?)?, (*i.get(1)?)?)
     }

@@ -9,7 +9,8 @@
 //! its outputs stay on the host, and are uploaded only if a kernel later
 //! reads them as data.
 //!
-//! Ops opt in through [`Op::folds`] and [`Op::fold`]. Folding is exact: data
+//! Ops opt in by implementing [`Op::fold`] (views fold by themselves; `Shape` and
+//! `Size` say [`Folding::FromShapes`] through [`Op::folds`]). Folding is exact: data
 //! movement copies elements bit for bit, integer arithmetic wraps as the
 //! kernels do, and float arithmetic is limited to `+ − × ÷` (computed in f64
 //! and rounded once, which gives the correctly rounded result for f32, f16
@@ -21,9 +22,10 @@ mod movement;
 pub use arith::{binary, cast, constant_of_shape, range, unary};
 pub use movement::{concat, expand, gather, slice, transpose, where_};
 
-use super::{Fact, Op};
+use super::{Fact, Op, broadcast_shapes};
 use crate::dtype::DType;
 use crate::error::OpError;
+use crate::shape::{Shape, strides};
 use crate::tensor::Tensor;
 
 /// The most elements a node's output may have to be folded at run time: shape
@@ -34,12 +36,11 @@ pub const RUN_LIMIT: usize = 1024;
 /// (it becomes a resident constant).
 pub const COMPILE_LIMIT: usize = 1 << 22;
 
-/// Whether and how an op's outputs can be computed on the host.
+/// How an op's outputs can be computed on the host.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Folding {
-    /// Never: the op always runs as a kernel.
-    Never,
-    /// From the values of all its inputs, through [`Op::fold`].
+    /// From the values of all its inputs, through [`Op::fold`] (views: their
+    /// input's value, reshaped).
     FromValues,
     /// From its inputs' shapes alone: inference already gives the output
     /// values (`Shape`, `Size`).
@@ -64,13 +65,12 @@ pub fn fold(
     if given.is_some() {
         return given;
     }
+    if let Some(slot) = op.view_of() {
+        // A view of a known value is that value, reshaped.
+        let x = inputs.get(slot)?.as_ref()?.value.as_ref()?;
+        return x.reshaped(outs[0].dims()?).ok().map(|t| vec![t]);
+    }
     let values = match op.folds() {
-        Folding::Never => {
-            // A view of a known value is that value, reshaped.
-            let slot = op.view_of()?;
-            let x = inputs.get(slot)?.as_ref()?.value.as_ref()?;
-            return x.reshaped(outs[0].dims()?).ok().map(|t| vec![t]);
-        }
         Folding::FromShapes => return None,
         Folding::FromValues => {
             let known: Option<Vec<Option<&Tensor>>> = inputs
@@ -95,15 +95,6 @@ fn width(dtype: DType) -> Option<usize> {
     (dtype.is_byte_aligned() && dtype != DType::String).then(|| dtype.byte_size(1)).flatten()
 }
 
-/// Row-major strides of a shape.
-fn strides(shape: &[usize]) -> Vec<usize> {
-    let mut s = vec![1; shape.len()];
-    for i in (0..shape.len().saturating_sub(1)).rev() {
-        s[i] = s[i + 1] * shape[i + 1];
-    }
-    s
-}
-
 /// For each element of `out` (row-major), the flat index of the element of a
 /// tensor of shape `input` that broadcasting reads there.
 fn broadcast_map(out: &[usize], input: &[usize]) -> Vec<usize> {
@@ -111,26 +102,27 @@ fn broadcast_map(out: &[usize], input: &[usize]) -> Vec<usize> {
     let ist = strides(input);
     let mut st = vec![0; out.len()];
     for (i, &d) in input.iter().enumerate() {
-        st[lead + i] = if d == 1 { 0 } else { ist[i] };
+        st[lead + i] = if d == 1 { 0 } else { ist[i] as isize };
     }
-    map_with(out, &st)
+    walk(out, 0, &st)
 }
 
-/// For each element of `out`, `Σ index[i] · stride[i]`.
-fn map_with(out: &[usize], stride: &[usize]) -> Vec<usize> {
+/// For each element of `out` (row-major), `base + Σ index[i] · stride[i]`:
+/// the flat source index of a strided view (strides may be negative or 0).
+fn walk(out: &[usize], base: isize, stride: &[isize]) -> Vec<usize> {
     let n: usize = out.iter().product();
     let mut idx = vec![0usize; out.len()];
     let mut res = Vec::with_capacity(n);
-    let mut at = 0usize;
+    let mut at = base;
     for _ in 0..n {
-        res.push(at);
+        res.push(at as usize);
         for a in (0..out.len()).rev() {
             idx[a] += 1;
             at += stride[a];
             if idx[a] < out[a] {
                 break;
             }
-            at -= stride[a] * out[a];
+            at -= stride[a] * out[a] as isize;
             idx[a] = 0;
         }
     }
@@ -160,22 +152,9 @@ fn concat_flat(x: &Tensor, y: &Tensor) -> Option<Tensor> {
 
 /// The broadcast shape of several concrete shapes.
 fn broadcast(shapes: &[&[usize]]) -> Result<Vec<usize>, OpError> {
-    let rank = shapes.iter().map(|s| s.len()).max().unwrap_or(0);
-    (0..rank)
-        .map(|i| {
-            let mut d = 1;
-            for s in shapes {
-                let Some(k) = (i + s.len()).checked_sub(rank).map(|j| s[j]) else { continue };
-                if k != 1 && d != 1 && k != d {
-                    return Err(OpError::Shape(format!("cannot broadcast {shapes:?}")));
-                }
-                if k != 1 {
-                    d = k;
-                }
-            }
-            Ok(d)
-        })
-        .collect()
+    let known: Vec<Shape> = shapes.iter().map(|s| Shape::known(s)).collect();
+    let refs: Vec<&Shape> = known.iter().collect();
+    Ok(broadcast_shapes(&refs)?.concrete().expect("known shapes broadcast to a known shape"))
 }
 
 #[cfg(test)]

@@ -1,10 +1,11 @@
 //! Folding data movement: outputs are elements of the inputs, copied bit for bit.
 
-use super::{broadcast, broadcast_map, map_with, pick, strides, width};
+use super::{broadcast, broadcast_map, pick, walk, width};
 use crate::dtype::DType;
 use crate::error::OpError;
 use crate::ops::movement::Slice;
 use crate::ops::shape::axis_of;
+use crate::shape::strides;
 use crate::tensor::Tensor;
 
 type Folded = Option<Result<Vec<Tensor>, OpError>>;
@@ -92,25 +93,11 @@ pub fn slice(
     };
     let st = strides(x.shape());
     let shape: Vec<usize> = resolved.iter().map(|a| a.len).collect();
-    let base: i64 = resolved.iter().zip(&st).map(|(a, &s)| a.start * s as i64).sum();
-    let step: Vec<i64> = resolved.iter().zip(&st).map(|(a, &s)| a.step * s as i64).collect();
-    // Offsets relative to `base`, which may step backwards: map with signed strides.
-    let n: usize = shape.iter().product();
-    let mut from = Vec::with_capacity(n);
-    let mut idx = vec![0usize; shape.len()];
-    let mut at = base;
-    for _ in 0..n {
-        from.push(at as usize);
-        for a in (0..shape.len()).rev() {
-            idx[a] += 1;
-            at += step[a];
-            if idx[a] < shape[a] {
-                break;
-            }
-            at -= step[a] * shape[a] as i64;
-            idx[a] = 0;
-        }
-    }
+    // Steps may be negative: the walk starts at the first element and moves by signed strides.
+    let base: isize = resolved.iter().zip(&st).map(|(a, &s)| a.start as isize * s as isize).sum();
+    let step: Vec<isize> =
+        resolved.iter().zip(&st).map(|(a, &s)| a.step as isize * s as isize).collect();
+    let from = walk(&shape, base, &step);
     one(pick(x, shape, &from))
 }
 
@@ -118,8 +105,9 @@ pub fn slice(
 pub fn transpose(x: &Tensor, perm: &[usize]) -> Folded {
     let st = strides(x.shape());
     let shape: Vec<usize> = perm.iter().map(|&a| x.shape()[a]).collect();
-    let stride: Vec<usize> = perm.iter().map(|&a| st[a]).collect();
-    one(pick(x, shape.clone(), &map_with(&shape, &stride)))
+    let stride: Vec<isize> = perm.iter().map(|&a| st[a] as isize).collect();
+    let from = walk(&shape, 0, &stride);
+    one(pick(x, shape, &from))
 }
 
 /// `Expand(x, shape)`.

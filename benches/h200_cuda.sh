@@ -3,7 +3,7 @@
 # in the repository root, .dev/ with binaries built here (x86-64) by
 #   cargo build --release --features cuda && cargo build --release -p onyx-cuda --example kernel_bench
 #   cargo test --release --features cuda --test cuda --no-run   (copied to .dev/cuda_tests)
-# and STEPS (space-separated) choosing what to run: probe tests kernels conformance models.
+# and STEPS (space-separated) choosing what to run: probe tests kernels attention conformance models.
 # Results go to /tmp/res as JSON lines and logs, packed into $OUT/results.tgz at the end.
 set -u
 OUT=${OUT:-/tmp/out}
@@ -36,6 +36,13 @@ if has kernels; then
     $BIN/kernel_bench --add-elems $((256 << 20)) --runs 20 --reps 10 | tee "$RES/onyx_kernels.json"
 fi
 
+if has attention; then
+    python3 benches/attention_bench.py | tee "$RES/attention_torch.jsonl"
+    # Registers and spills of the attention kernels (NVRTC compiles the same source for sm_90).
+    nvcc --resource-usage -arch=sm_90 -c -o /tmp/attention.o kernels/cuda/attention.cu 2>&1 \
+        | grep -E "Function properties|registers|spill" | tee "$RES/attention_resources.txt"
+fi
+
 if has models; then
     M=/tmp/models
     mkdir -p "$M"
@@ -54,6 +61,10 @@ if has models; then
         $BIN/onyx bench "$M/bert_base_fp16.onnx" --device cuda --strict --runs 30 --warmup 5 --json --profile $ins \
             > "$RES/bert_bench_8x$seq.json"
         python3 -c "import json,sys; r=json.load(open('$RES/bert_bench_8x$seq.json')); print(json.dumps({'case': 'bert_fp16_8x$seq', 'device': r['device'], **{k: round(v,3) for k,v in r['warm'].items() if k.endswith('ms')}}))" \
+            | tee -a "$RES/bert_onyx.jsonl"
+        # The graph as written (no fused attention, Gelu or skip normalization), same machine.
+        $BIN/onyx bench "$M/bert_base_fp16.onnx" --device cuda --strict --runs 30 --warmup 5 --json --no-fusion $ins \
+            | python3 -c "import json,sys; r=json.load(sys.stdin); print(json.dumps({'case': 'bert_fp16_8x$seq', 'fusion': False, **{k: round(v,3) for k,v in r['warm'].items() if k.endswith('ms')}}))" \
             | tee -a "$RES/bert_onyx.jsonl"
     done
     # PyTorch again after Onyx: the machine's speed drifts, so Onyx's runs are bracketed.

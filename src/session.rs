@@ -34,6 +34,7 @@ pub struct SessionBuilder {
     provider: Option<Arc<dyn ExecutionProvider>>,
     gpu: device::GpuOptions,
     timeline: bool,
+    fuse: bool,
 }
 
 impl Default for SessionBuilder {
@@ -48,6 +49,7 @@ impl Default for SessionBuilder {
             provider: None,
             gpu: device::GpuOptions::default(),
             timeline: true,
+            fuse: true,
         }
     }
 }
@@ -62,6 +64,14 @@ impl SessionBuilder {
     /// Turn every device or per-node fallback into an error.
     pub fn with_strict(mut self, strict: bool) -> Self {
         self.strict = strict;
+        self
+    }
+
+    /// Fuse op chains (erf Gelu, eager attention, bias + residual +
+    /// LayerNormalization) into the ops that compute them in one kernel
+    /// (default on); off runs the graph as written.
+    pub fn with_fusion(mut self, fuse: bool) -> Self {
+        self.fuse = fuse;
         self
     }
 
@@ -181,6 +191,7 @@ impl SessionBuilder {
             registry: &registry,
             on_upload: Some(&on_upload),
             allow_fallback: !self.strict,
+            fuse: self.fuse,
         };
         let device_name = providers[0].name();
         let refs: Vec<&dyn ExecutionProvider> = providers.iter().map(|p| &**p).collect();

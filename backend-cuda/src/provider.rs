@@ -99,6 +99,7 @@ impl CudaProvider {
                 info.name, info.compute_capability.0, info.compute_capability.1
             )));
         }
+        let cc = info.compute_capability;
         let gpu = Gpu::new(
             ctx,
             info.multiprocessors,
@@ -114,7 +115,7 @@ impl CudaProvider {
                 next_id: 1,
                 stats: MemoryStats::default(),
             }),
-            registry: Registry::standard(),
+            registry: Registry::standard(cc),
             kernels: RwLock::new(Vec::new()),
         })
     }
@@ -329,6 +330,12 @@ impl ExecutionProvider for CudaProvider {
 
     fn supports_op(&self, domain: &str, op_type: &str) -> bool {
         self.registry.contains(domain, op_type)
+    }
+
+    /// Attention keeps its scores on chip and SkipLayerNormalization adds and
+    /// normalizes in one pass: both beat their chains here.
+    fn prefers_fused(&self, _domain: &str, op_type: &str) -> bool {
+        matches!(op_type, "Gelu" | "Attention" | "SkipLayerNormalization")
     }
 
     fn prepare(&self, spec: &KernelSpec<'_>) -> Result<KernelId, EpError> {

@@ -195,6 +195,14 @@ pub trait ExecutionProvider: MaybeSendSync {
     /// Whether this provider has any kernel for `domain::op_type` (dtypes aside).
     fn supports_op(&self, domain: &str, op_type: &str) -> bool;
 
+    /// Whether chains that compute `domain::op_type` should be fused into it
+    /// here: true where this provider's kernel for the op beats the chain's
+    /// kernels. By default only `Gelu`, which every provider computes in one
+    /// elementwise pass.
+    fn prefers_fused(&self, domain: &str, op_type: &str) -> bool {
+        domain == crate::graph::DEFAULT_DOMAIN && op_type == "Gelu"
+    }
+
     /// Prepares (compiles, specializes) a kernel for a node.
     ///
     /// # Errors

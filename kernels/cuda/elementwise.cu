@@ -235,24 +235,23 @@ extern "C" __global__ void binary_vec8_bf16(i64 n, int op, const u16* a, const u
     binary_vec8_half<true>(n, op, a, b, y);
 }
 
-// One full operand (the output's shape) against one repeated along it: a
-// trailing part (mode 0/2: element i pairs with part[i % len], bias adds) or
-// one value per row of `len` elements (mode 1/3: part[i / len]). Modes 0/1
-// have the full operand first, 2/3 second. 16-byte loads of the full operand;
-// the host picks this path only when `len` is 1 (mode 0/2) or a multiple of
-// the lanes, so the lanes of one load share a row or walk the part in step.
-template <typename T>
-__device__ void binary_rep_kernel(i64 n, int op, i64 len, int mode, const T* a, const T* b, T* y) {
+// The loop of `binary_rep_kernel` in index type I (32-bit when the tensor
+// allows: a 64-bit division per vector costs more than the vector's math),
+// with the op fixed at compile time when OP >= 0.
+template <typename T, typename I, int OP>
+__device__ __forceinline__ void binary_rep_loop(I n, int op, I len, int mode, const T* a, const T* b, T* y) {
     typedef typename Num<T>::C C;
     constexpr int VEC = 16 / sizeof(T);
+    const int code = OP >= 0 ? OP : op;
     const T* full = mode < 2 ? a : b;
     const T* part = mode < 2 ? b : a;
     const bool by_row = mode & 1;
     const bool full_first = mode < 2;
-    const i64 nv = n / VEC;
-    for (i64 v = thread_index(); v < nv; v += grid_stride()) {
-        const i64 i0 = v * VEC;
-        const i64 j0 = by_row ? i0 / len : (len == 1 ? 0 : i0 % len);
+    const I nv = n / VEC;
+    const I stride = (I)grid_stride();
+    for (I v = (I)thread_index(); v < nv; v += stride) {
+        const I i0 = v * VEC;
+        const I j0 = by_row ? i0 / len : (len == 1 ? 0 : i0 % len);
         uint4 raw = ((const uint4*)full)[v];
         uint4 res;
         const T* f = (const T*)&raw;
@@ -261,14 +260,33 @@ __device__ void binary_rep_kernel(i64 n, int op, i64 len, int mode, const T* a, 
         for (int k = 0; k < VEC; ++k) {
             const C x = ld(f, k);
             const C z = ld(part, (by_row || len == 1) ? j0 : j0 + k);
-            st(o, k, full_first ? binary_float<C>(op, x, z) : binary_float<C>(op, z, x));
+            st(o, k, full_first ? binary_float<C>(code, x, z) : binary_float<C>(code, z, x));
         }
         ((uint4*)y)[v] = res;
     }
-    for (i64 i = nv * VEC + thread_index(); i < n; i += grid_stride()) {
-        const i64 j = by_row ? i / len : i % len;
+    for (I i = nv * VEC + (I)thread_index(); i < n; i += stride) {
+        const I j = by_row ? i / len : i % len;
         const C x = ld(full, i), z = ld(part, j);
-        st(y, i, full_first ? binary_float<C>(op, x, z) : binary_float<C>(op, z, x));
+        st(y, i, full_first ? binary_float<C>(code, x, z) : binary_float<C>(code, z, x));
+    }
+}
+
+// One full operand (the output's shape) against one repeated along it: a
+// trailing part (mode 0/2: element i pairs with part[i % len], bias adds) or
+// one value per row of `len` elements (mode 1/3: part[i / len]). Modes 0/1
+// have the full operand first, 2/3 second. 16-byte loads of the full operand;
+// the host picks this path only when `len` is 1 (mode 0/2) or a multiple of
+// the lanes, so the lanes of one load share a row or walk the part in step.
+template <typename T>
+__device__ void binary_rep_kernel(i64 n, int op, i64 len, int mode, const T* a, const T* b, T* y) {
+    if (n + (i64)grid_stride() * 16 >= 0x7fffffffLL) {
+        binary_rep_loop<T, i64, -1>(n, op, len, mode, a, b, y);
+    } else if (op == 0) {
+        binary_rep_loop<T, u32, 0>((u32)n, op, (u32)len, mode, a, b, y);
+    } else if (op == 2) {
+        binary_rep_loop<T, u32, 2>((u32)n, op, (u32)len, mode, a, b, y);
+    } else {
+        binary_rep_loop<T, u32, -1>((u32)n, op, (u32)len, mode, a, b, y);
     }
 }
 

@@ -57,6 +57,8 @@ kernels! {
     Pool => "pool.cu",
     /// Resize and Upsample.
     Resize => "resize.cu",
+    /// Attention: flash-style tensor-core tiles and a warp-per-row fallback.
+    Attention => "attention.cu",
     /// Casts to and from float8, float8e8m0, float4 and the packed 4- and 2-bit integers.
     Cast => "cast.cu",
 }

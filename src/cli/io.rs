@@ -39,6 +39,7 @@ pub fn open_with(
     let mut builder = Session::builder()
         .with_device(&args.device)
         .with_strict(args.strict)
+        .with_fusion(!args.no_fusion)
         .with_release_dead_values(release);
     if args.allow_tf32 {
         builder = builder.with_allow_tf32(true);

@@ -49,6 +49,9 @@ pub struct SessionArgs {
     /// Let f32 matrix products on CUDA use TF32 tensor cores.
     #[arg(long)]
     allow_tf32: bool,
+    /// Run the graph as written: no fused attention, Gelu or skip normalization.
+    #[arg(long)]
+    no_fusion: bool,
 }
 
 #[derive(Args, Debug)]

@@ -447,3 +447,115 @@ fn skip_layer_norm_writes_float32_stats_for_a_bf16_input_as_declared() {
         }
     }
 }
+
+/// `t` stored as `dtype` (f32, f16 or bf16).
+fn stored_as(t: &Tensor, dtype: DType) -> Tensor {
+    let v = t.to_f64_vec().unwrap();
+    let shape = t.shape().to_vec();
+    match dtype {
+        DType::F16 => Tensor::from_vec(shape, v.iter().map(|&x| half::f16::from_f64(x)).collect()),
+        DType::BF16 => {
+            Tensor::from_vec(shape, v.iter().map(|&x| half::bf16::from_f64(x)).collect())
+        }
+        _ => Tensor::from_vec(shape, v.iter().map(|&x| x as f32).collect()),
+    }
+    .unwrap()
+}
+
+/// transformers' eager attention and a post-norm block (bias, residual,
+/// LayerNormalization) in `dtype`, between f32 casts: q', k', v' are
+/// `[2, 70, 4, 64]`, the mask `[2, 1, 1, 70]`, x `[2, 70, 64]`; the weights
+/// are initializers of `dtype`, as exporters write them.
+fn encoder_block(dtype: DType) -> Vec<u8> {
+    let to = dtype.to_onnx() as i64;
+    let cast = |i: &str, o: &str, t: i64| node("Cast", o, &[i], &[o], vec![("to", A::I(t))]);
+    let perm = |i: &str, o: &str, p: &[i64]| {
+        node("Transpose", o, &[i], &[o], vec![("perm", A::Is(p.to_vec()))])
+    };
+    let mut nodes: Vec<_> =
+        ATTN_INPUTS.iter().map(|(n, _)| cast(n, &format!("{n}_t"), to)).collect();
+    nodes.extend([
+        perm("q_t", "qh", &[0, 2, 1, 3]),
+        perm("k_t", "kt", &[0, 2, 3, 1]),
+        perm("v_t", "vh", &[0, 2, 1, 3]),
+        node("MatMul", "scores", &["qh", "kt"], &["s"], vec![]),
+        node("Div", "scaled", &["s", "eight"], &["s8"], vec![]),
+        node("Add", "masked", &["s8", "mask_t"], &["sm"], vec![]),
+        node("Softmax", "softmax", &["sm"], &["p"], vec![("axis", A::I(-1))]),
+        node("MatMul", "context", &["p", "vh"], &["ctx"], vec![]),
+        cast("ctx", "attn", 1),
+        node("MatMul", "dense", &["x_t", "w"], &["xw"], vec![]),
+        node("Add", "biased", &["bias", "xw"], &["xb"], vec![]),
+        node("Add", "residual", &["xb", "x_t"], &["xr"], vec![]),
+        node(
+            "LayerNormalization",
+            "ln",
+            &["xr", "gamma", "beta"],
+            &["ln"],
+            vec![("epsilon", A::F(1e-6))],
+        ),
+        cast("ln", "normed", 1),
+    ]);
+    let dims = |s: &[usize]| s.iter().map(|&d| d as i64).collect::<Vec<_>>();
+    let weights = [
+        ("w", noise(&[64, 64], 11)),
+        ("bias", noise(&[64], 12)),
+        ("gamma", noise(&[64], 13)),
+        ("beta", noise(&[64], 14)),
+        ("eight", Tensor::scalar(8f32)),
+    ];
+    model(
+        graph(
+            nodes,
+            ATTN_INPUTS.iter().map(|(n, s)| value(n, DType::F32, &dims(s))).collect(),
+            vec![
+                value("attn", DType::F32, &[2, 4, 70, 64]),
+                value("normed", DType::F32, &[2, 70, 64]),
+            ],
+            weights.iter().map(|(n, t)| (*n, stored_as(t, dtype))).collect(),
+        ),
+        17,
+    )
+}
+
+const ATTN_INPUTS: [(&str, &[usize]); 5] = [
+    ("q", &[2, 70, 4, 64]),
+    ("k", &[2, 70, 4, 64]),
+    ("v", &[2, 70, 4, 64]),
+    ("mask", &[2, 1, 1, 70]),
+    ("x", &[2, 70, 64]),
+];
+#[test]
+fn eager_attention_and_a_post_norm_block_fuse_on_cuda_and_match_the_cpu() {
+    let Some(p) = gpu() else { return };
+    let inputs = || -> Vec<(&str, Value)> {
+        ATTN_INPUTS
+            .iter()
+            .enumerate()
+            .map(|(i, (n, s))| {
+                let t = if *n == "mask" {
+                    // Batch 1 pads its last 20 keys.
+                    f32s(s, |j| if j >= 70 && j % 70 >= 50 { -10000.0 } else { 0.0 })
+                } else {
+                    noise(s, i as u32)
+                };
+                (*n, Value::Tensor(t))
+            })
+            .collect()
+    };
+    for (dtype, tol) in [(DType::F32, 1e-4), (DType::F16, 2e-2), (DType::BF16, 6e-2)] {
+        let bytes = encoder_block(dtype);
+        let want = session(bytes.clone(), true).run(inputs()).unwrap();
+        let s = on(bytes, &p, true);
+        let ops: Vec<String> = s.placement().into_iter().map(|(n, _)| n.op_type).collect();
+        for fused in ["Attention", "SkipLayerNormalization"] {
+            assert!(ops.iter().any(|o| o == fused), "{dtype}: no {fused} in {ops:?}");
+        }
+        assert!(!ops.iter().any(|o| o == "Softmax" || o == "LayerNormalization"), "{ops:?}");
+        let got = s.run(inputs()).unwrap();
+        for name in ["attn", "normed"] {
+            let err = max_rel(&f32_out(&got, name), &f32_out(&want, name));
+            assert!(err <= tol, "{dtype} {name}: {err} > {tol}");
+        }
+    }
+}

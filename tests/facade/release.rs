@@ -220,7 +220,7 @@ fn run_lent(
         std::sync::Arc::new(model.graph),
         &Default::default(),
         &[&cpu],
-        &CompileOptions { registry: &registry, on_upload: None, allow_fallback: false },
+        &CompileOptions { registry: &registry, on_upload: None, allow_fallback: false, fuse: true },
     )
     .unwrap();
     let lent: Vec<TensorArg> = inputs
@@ -597,7 +597,7 @@ fn the_executor_ledger_balances_on_success_and_on_failure() {
         std::sync::Arc::new(model.graph),
         &Default::default(),
         &[&cpu],
-        &CompileOptions { registry: &registry, on_upload: None, allow_fallback: false },
+        &CompileOptions { registry: &registry, on_upload: None, allow_fallback: false, fuse: true },
     )
     .unwrap();
     let before = cpu.memory_stats();

@@ -82,8 +82,12 @@ impl Engine {
             providers.push(Rc::new(CpuProvider::new(CpuOptions::default())));
         }
         let registry = OpRegistry::standard();
-        let copts =
-            CompileOptions { registry: &registry, on_upload: None, allow_fallback: !opts.strict };
+        let copts = CompileOptions {
+            registry: &registry,
+            on_upload: None,
+            allow_fallback: !opts.strict,
+            fuse: true,
+        };
         let refs: Vec<&dyn ExecutionProvider> = providers.iter().map(|p| &**p).collect();
         let graph = Arc::new(model.graph.clone());
         let program = exec::compile(graph, &HashMap::new(), &refs, &copts)

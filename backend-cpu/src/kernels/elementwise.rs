@@ -6,10 +6,45 @@ use onyx_core::ops::elementwise::{Clip, UNARY_OPS, Unary, UnaryKind};
 use rayon::prelude::*;
 
 use super::dispatch::{AsF64, FloatExt, floats, ints};
-use super::fastmath::{self, vectorized};
+use super::fastmath::{self, Wide, vectorized_wide};
 use super::{CpuKernel, KernelIo, KernelRegistry, in_dtype, op, unsupported_dtype};
 
 const PAR_MIN: usize = 16 * 1024;
+
+/// `f` over a slice in place, compiled for the widest vector ISA the CPU has
+/// (a closure handed to `fastmath::vectorized` would be compiled for the
+/// baseline ISA only).
+struct MapInPlace<'a, T, F> {
+    data: &'a mut [T],
+    f: &'a F,
+}
+
+impl<T: Copy, F: Fn(T) -> T> Wide for MapInPlace<'_, T, F> {
+    type Output = ();
+    #[inline(always)]
+    fn run(self) {
+        for x in self.data.iter_mut() {
+            *x = (self.f)(*x);
+        }
+    }
+}
+
+/// `f` from one slice into another, as [`MapInPlace`].
+struct MapInto<'a, T, U, F> {
+    out: &'a mut [U],
+    input: &'a [T],
+    f: &'a F,
+}
+
+impl<T: Copy, U, F: Fn(T) -> U> Wide for MapInto<'_, T, U, F> {
+    type Output = ();
+    #[inline(always)]
+    fn run(self) {
+        for (o, &i) in self.out.iter_mut().zip(self.input) {
+            *o = (self.f)(i);
+        }
+    }
+}
 
 /// Applies `f` elementwise from input 0 to output 0, in place when they share a buffer.
 pub(crate) fn map_same<T>(io: &KernelIo, f: impl Fn(T) -> T + Sync + Send) -> Result<(), EpError>
@@ -18,7 +53,7 @@ where
 {
     let out = io.output::<T>(0)?;
     if io.aliased(0, 0) {
-        let run = |c: &mut [T]| vectorized(|| c.iter_mut().for_each(|x| *x = f(*x)));
+        let run = |data: &mut [T]| vectorized_wide(MapInPlace { data, f: &f });
         if out.len() >= PAR_MIN {
             out.par_chunks_mut(4096).for_each(run);
         } else {
@@ -37,9 +72,7 @@ where
 {
     let x = io.input::<T>(0)?;
     let out = io.output::<U>(0)?;
-    let run = |o: &mut [U], i: &[T]| {
-        vectorized(|| o.iter_mut().zip(i).for_each(|(o, &i)| *o = f(i)));
-    };
+    let run = |out: &mut [U], input: &[T]| vectorized_wide(MapInto { out, input, f: &f });
     if out.len() >= PAR_MIN {
         out.par_chunks_mut(4096).zip(x.par_chunks(4096)).for_each(|(o, i)| run(o, i));
     } else {

@@ -1,6 +1,7 @@
 //! CUDA kernels: each prepared kernel turns one launch into launches of
 //! NVRTC-compiled entry points (or cuBLAS calls) on the provider's stream.
 
+mod attention;
 mod conv;
 mod elementwise;
 mod generate;
@@ -117,7 +118,8 @@ pub(crate) struct Registry {
 }
 
 impl Registry {
-    pub fn standard() -> Self {
+    /// Every kernel a device of compute capability `cc` can run.
+    pub fn standard(cc: (i32, i32)) -> Self {
         let mut r = Registry::default();
         elementwise::register_all(&mut r);
         movement::register_all(&mut r);
@@ -127,6 +129,11 @@ impl Registry {
         nn::register_all(&mut r);
         norm::register_all(&mut r);
         linalg::register_all(&mut r);
+        // attention.cu's tiles use sm_80 instructions (cp.async, bf16 mma),
+        // and a module compiles whole: older GPUs run Attention on the CPU.
+        if cc.0 >= 8 {
+            attention::register_all(&mut r);
+        }
         conv::register_all(&mut r);
         pool::register_all(&mut r);
         resize::register_all(&mut r);

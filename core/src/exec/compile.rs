@@ -37,6 +37,9 @@ pub struct CompileOptions<'a> {
     pub on_upload: Option<&'a dyn Fn(u64)>,
     /// Let nodes the first provider cannot run fall back to later providers.
     pub allow_fallback: bool,
+    /// Fuse op chains into the ops that compute them in one kernel
+    /// (see `exec::compile::fuse`); off only to compare against the graph as written.
+    pub fuse: bool,
 }
 
 /// What a subgraph sees of its enclosing graph, by name: id, fact and location.
@@ -73,26 +76,39 @@ fn compile_graph(
     outputs_on: Option<usize>,
     input_facts: &[Option<Fact>],
 ) -> Result<CompiledGraph, Error> {
-    let graph = fuse::gelu(&graph).map_or(graph, Arc::new);
-    let mut pass = Pass::new(&graph, providers, opts);
-    if let Err(e) = pass.run(outer, outputs_on, input_facts) {
-        // Subgraphs compiled so far hold uploaded weights.
-        for step in &mut pass.steps {
-            for g in step.action.subgraphs_mut() {
-                let _ = g.free_weights(providers);
+    // Places, infers and prepares `graph` as it is, then uploads its weights.
+    let place = |graph: &Graph| -> Result<CompiledGraph, Error> {
+        let mut pass = Pass::new(graph, providers, opts);
+        if let Err(e) = pass.run(outer, outputs_on, input_facts) {
+            // Subgraphs compiled so far hold uploaded weights.
+            for step in &mut pass.steps {
+                for g in step.action.subgraphs_mut() {
+                    let _ = g.free_weights(providers);
+                }
+            }
+            return Err(e);
+        }
+        let captures = std::mem::take(&mut pass.captures);
+        let mut cg = pass.finish(captures);
+        match upload_weights(&mut cg, providers, opts) {
+            Ok(()) => Ok(cg),
+            Err(e) => {
+                let _ = cg.free_weights(providers);
+                Err(e)
             }
         }
-        return Err(e);
-    }
-    let captures = std::mem::take(&mut pass.captures);
-    let mut cg = pass.finish(captures);
-    match upload_weights(&mut cg, providers, opts) {
-        Ok(()) => Ok(cg),
-        Err(e) => {
-            let _ = cg.free_weights(providers);
-            Err(e)
+    };
+    let fused =
+        if opts.fuse { providers.first().and_then(|p| fuse::all(&graph, *p)) } else { None };
+    if let Some(fused) = fused {
+        match place(&fused) {
+            Ok(cg) => return Ok(cg),
+            // The fused ops' requirements (shapes, dtypes) are checked when the
+            // graph is inferred; a chain that does not meet them runs unfused.
+            Err(e) => log::info!("compiling graph {:?} unfused: {e}", graph.name),
         }
     }
+    place(&graph)
 }
 
 /// The graph being placed: the original values plus copies and duplicates, nodes in run order.

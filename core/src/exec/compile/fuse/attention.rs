@@ -18,9 +18,17 @@
 //! The score matrix (`batch × heads × seq²`, the largest activation of an
 //! encoder) and the three elementwise passes over it are gone: a provider's
 //! `Attention` kernel keeps the scores on chip.
+//!
+//! **The row form.** Where Q, K and V are the head transposes of reshapes to
+//! `[batch, seq, heads, size]` whose head counts are constants in the
+//! reshape targets, and the output goes through the inverse transpose, the
+//! fused op takes the 3-D form instead (`[batch, seq, heads × size]`, with
+//! `q_num_heads`/`kv_num_heads`): views of the reshapes in, a view of its
+//! output out. The four transposes of the layer, copies on every device, go.
 
 use super::{Links, Rewrite};
 use crate::graph::{Attribute, Attributes, DEFAULT_DOMAIN, Graph, Node, ValueId};
+use crate::tensor::Tensor;
 
 /// Where the fused op's K (`[batch, heads, keys, size]`) comes from.
 enum Keys {
@@ -97,6 +105,71 @@ fn scores(l: &Links<'_>, x: ValueId) -> Option<(Vec<usize>, ValueId, Keys, f64)>
     Some((nodes, q, k, scale))
 }
 
+/// `x` when it is `Transpose(source, perm)` with exactly `perm`: the node and the source.
+fn transposed_from(l: &Links<'_>, x: ValueId, perm: &[i64]) -> Option<(usize, ValueId)> {
+    let (t, p) = perm_of(l, x)?;
+    (p == perm).then_some(())?;
+    Some((t, l.node(t).input(0)?))
+}
+
+/// The head count of the 4-D value `v` (its dim 2) when the Reshape writing
+/// it has a positive constant there: a constant target, or a Concat whose
+/// trailing pieces are constants covering its last two entries (the
+/// exporters' `x.size()[:-1] + (heads, size)` and `view(b, -1, heads,
+/// size)`). `v` is known to be 4-D, so dim 2 is the target's second-to-last
+/// entry however many leading entries the other pieces hold.
+fn reshaped_heads(l: &Links<'_>, v: ValueId) -> Option<i64> {
+    let r = l.writer(v, "Reshape")?;
+    let target = l.node(r).input(1)?;
+    let mut tail: Vec<i64> = Vec::new();
+    if let Some(t) = l.constant(target) {
+        tail = t.to_i64_vec().ok()?;
+    } else {
+        let c = l.writer(target, "Concat")?;
+        for &u in l.node(c).inputs.iter().rev() {
+            let Some(t) = l.constant(u?) else { break };
+            let mut piece = t.to_i64_vec().ok()?;
+            piece.append(&mut tail);
+            tail = piece;
+        }
+    }
+    let heads = *tail.iter().rev().nth(1)?;
+    (heads > 0).then_some(heads)
+}
+
+/// The row form of a chain (see the module docs).
+struct Rows {
+    /// The `[batch, seq, heads, size]` reshapes of Q, K and V.
+    q: ValueId,
+    k: ValueId,
+    v: ValueId,
+    heads: i64,
+    kv_heads: i64,
+    /// The transposes replaced besides the chain's (Q's and V's when read
+    /// only by the chain, and the output's).
+    more: Vec<usize>,
+    /// The output transpose's result, `[batch, seq, heads, v_size]`.
+    out: ValueId,
+}
+
+fn rows(l: &Links<'_>, f: &Found, k_rows: ValueId) -> Option<Rows> {
+    const HEADS: [i64; 4] = [0, 2, 1, 3];
+    let (tq, q) = transposed_from(l, f.q, &HEADS)?;
+    let (tv, v) = transposed_from(l, f.v, &HEADS)?;
+    let heads = reshaped_heads(l, q)?;
+    let kv_heads = reshaped_heads(l, k_rows)?;
+    if reshaped_heads(l, v)? != kv_heads {
+        return None;
+    }
+    let y = l.out0(*f.chain.last()?)?;
+    let to = l.next(y, "Transpose")?;
+    let out = l.out0(to)?;
+    transposed_from(l, out, &HEADS)?;
+    let mut more = vec![to];
+    more.extend([(f.q, tq), (f.v, tv)].into_iter().filter(|&(x, _)| l.single(x)).map(|(_, t)| t));
+    Some(Rows { q, k: k_rows, v, heads, kv_heads, more, out })
+}
+
 /// The chain ending in the Softmax node `i`, if it is one.
 fn find(l: &Links<'_>, i: usize) -> Option<Found> {
     let sm = l.node(i);
@@ -138,6 +211,66 @@ fn find(l: &Links<'_>, i: usize) -> Option<Found> {
     Some(Found { chain, q, k, v, mask, scale })
 }
 
+/// A default-domain node `op` of `opset` reading `inputs` into `out`.
+fn op_node(
+    name: &str,
+    op: &str,
+    opset: i64,
+    inputs: &[ValueId],
+    out: ValueId,
+    attrs: Vec<(&str, Attribute)>,
+) -> Node {
+    Node {
+        name: name.into(),
+        op_type: op.into(),
+        domain: DEFAULT_DOMAIN.into(),
+        opset,
+        inputs: inputs.iter().map(|&v| Some(v)).collect(),
+        outputs: vec![Some(out)],
+        implicit_inputs: vec![],
+        attrs: Attributes(attrs.into_iter().map(|(n, a)| (n.to_string(), a)).collect()),
+    }
+}
+
+/// The row form's nodes: Q, K and V reshaped to 3-D (views), the 3-D
+/// `Attention`, and its output reshaped to the output transpose's
+/// `[batch, seq, heads, v_size]`.
+fn row_nodes(graph: &Graph, rw: &mut Rewrite, f: &Found, r: &Rows, name: &str) -> Vec<Node> {
+    let flat = rw.constant(
+        graph,
+        format!("{name}/flat"),
+        Tensor::from_vec(vec![3], vec![0i64, 0, -1]).expect("3 dims"),
+    );
+    let split = rw.constant(
+        graph,
+        format!("{name}/split"),
+        Tensor::from_vec(vec![4], vec![0i64, 0, r.heads, -1]).expect("4 dims"),
+    );
+    let mut nodes = Vec::new();
+    let mut inputs = Vec::new();
+    for (x, tag) in [(r.q, "Q"), (r.k, "K"), (r.v, "V")] {
+        let v = rw.value(graph, format!("{name}/{tag}"));
+        nodes.push(op_node(&format!("{name}/{tag}"), "Reshape", 14, &[x, flat], v, vec![]));
+        inputs.push(v);
+    }
+    inputs.extend(f.mask);
+    let y = rw.value(graph, format!("{name}/Y"));
+    nodes.push(op_node(
+        name,
+        "Attention",
+        23,
+        &inputs,
+        y,
+        vec![
+            ("scale", Attribute::Float(f.scale as f32)),
+            ("q_num_heads", Attribute::Int(r.heads)),
+            ("kv_num_heads", Attribute::Int(r.kv_heads)),
+        ],
+    ));
+    nodes.push(op_node(&format!("{name}/heads"), "Reshape", 14, &[y, split], r.out, vec![]));
+    nodes
+}
+
 /// The graph with every attention chain fused, or `None` when it has none.
 pub(super) fn fuse(graph: &Graph) -> Option<Graph> {
     let l = Links::new(graph);
@@ -152,38 +285,46 @@ pub(super) fn fuse(graph: &Graph) -> Option<Graph> {
         }
         let last = l.node(*f.chain.last().unwrap_or(&i));
         let name = format!("{}/Attention", last.name);
+        let row_form = match f.k {
+            Keys::Rows(k) => rows(&l, &f, k).filter(|r| !r.more.iter().any(|&t| rw.taken(t))),
+            Keys::Heads(_) => None,
+        };
+        if let Some(r) = row_form {
+            let nodes = row_nodes(graph, &mut rw, &f, &r, &name);
+            let mut chain = f.chain.clone();
+            chain.extend(&r.more);
+            rw.replace(&chain, nodes);
+            continue;
+        }
         let mut nodes = Vec::new();
         let k = match f.k {
             Keys::Heads(k) => k,
             Keys::Rows(rows) => {
                 let k = rw.value(graph, format!("{name}/K"));
-                nodes.push(Node {
-                    name: format!("{name}/K"),
-                    op_type: "Transpose".into(),
-                    domain: DEFAULT_DOMAIN.into(),
-                    opset: 13,
-                    inputs: vec![Some(rows)],
-                    outputs: vec![Some(k)],
-                    implicit_inputs: vec![],
-                    attrs: Attributes(vec![("perm".into(), Attribute::Ints(vec![0, 2, 1, 3]))]),
-                });
+                nodes.push(op_node(
+                    &format!("{name}/K"),
+                    "Transpose",
+                    13,
+                    &[rows],
+                    k,
+                    vec![("perm", Attribute::Ints(vec![0, 2, 1, 3]))],
+                ));
                 k
             }
         };
-        let mut inputs = vec![Some(f.q), Some(k), Some(f.v)];
-        if let Some(m) = f.mask {
-            inputs.push(Some(m));
-        }
-        nodes.push(Node {
-            name,
-            op_type: "Attention".into(),
-            domain: DEFAULT_DOMAIN.into(),
-            opset: 23,
-            inputs,
-            outputs: last.outputs.clone(),
-            implicit_inputs: vec![],
-            attrs: Attributes(vec![("scale".into(), Attribute::Float(f.scale as f32))]),
-        });
+        let mut inputs = vec![f.q, k, f.v];
+        inputs.extend(f.mask);
+        let out = l.out0(*f.chain.last().unwrap_or(&i));
+        let mut attention = op_node(
+            &name,
+            "Attention",
+            23,
+            &inputs,
+            ValueId(0),
+            vec![("scale", Attribute::Float(f.scale as f32))],
+        );
+        attention.outputs = vec![out];
+        nodes.push(attention);
         rw.replace(&f.chain, nodes);
     }
     rw.apply(graph)
@@ -193,7 +334,6 @@ pub(super) fn fuse(graph: &Graph) -> Option<Graph> {
 mod tests {
     use super::super::test_graph::{graph, node};
     use super::*;
-    use crate::tensor::Tensor;
 
     fn transpose(input: u32, out: u32, perm: &[i64]) -> Node {
         let mut n = node("Transpose", &[input], out);
@@ -248,5 +388,77 @@ mod tests {
     fn scores_read_elsewhere_or_other_key_layouts_are_left_alone() {
         assert!(fuse(&chain(&[0, 2, 3, 1], true)).is_none());
         assert!(fuse(&chain(&[0, 3, 2, 1], false)).is_none());
+    }
+
+    /// q, k, v `[b, s, 64]` = 0, 1, 2, mask = 3, √d = 4, the target
+    /// `[0, 0, 4, 16]` = 5 and `[0, 0, 64]` = 18; output 19.
+    fn row_chain(heads_known: bool) -> Graph {
+        let mut nodes = vec![
+            node("Reshape", &[0, 5], 6),
+            node("Reshape", &[1, 5], 7),
+            node("Reshape", &[2, 5], 8),
+            transpose(6, 9, &[0, 2, 1, 3]),
+            transpose(7, 10, &[0, 2, 3, 1]),
+            transpose(8, 11, &[0, 2, 1, 3]),
+            node("MatMul", &[9, 10], 12),
+            node("Div", &[12, 4], 13),
+            node("Add", &[13, 3], 14),
+            node("Softmax", &[14], 15),
+            node("MatMul", &[15, 11], 16),
+            transpose(16, 17, &[0, 2, 1, 3]),
+            node("Reshape", &[17, 18], 19),
+        ];
+        nodes[9].attrs = Attributes(vec![("axis".into(), Attribute::Int(-1))]);
+        let heads = if heads_known { 4 } else { -1 };
+        let consts = vec![
+            (4, Tensor::scalar(4f32)),
+            (5, Tensor::from_vec(vec![4], vec![0i64, 0, heads, 16]).unwrap()),
+            (18, Tensor::from_vec(vec![3], vec![0i64, 0, 64]).unwrap()),
+        ];
+        graph(20, nodes, &[0, 1, 2, 3], &[19], consts)
+    }
+
+    #[test]
+    fn reshaped_heads_take_the_row_form_without_transposes() {
+        let g = fuse(&row_chain(true)).expect("fused");
+        let ops: Vec<&str> = g.nodes.iter().map(|n| n.op_type.as_str()).collect();
+        assert!(!ops.contains(&"Transpose") && !ops.contains(&"Softmax"), "{ops:?}");
+        let a = g.nodes.iter().find(|n| n.op_type == "Attention").expect("attention");
+        assert_eq!(a.attrs.int("q_num_heads").unwrap(), Some(4));
+        assert_eq!(a.attrs.int("kv_num_heads").unwrap(), Some(4));
+        assert_eq!(a.attrs.float("scale").unwrap(), Some(0.25));
+        // The output reaches the original transpose's value through a reshape.
+        let back =
+            g.nodes.iter().find(|n| n.outputs == vec![Some(ValueId(17))]).expect("writer of 17");
+        assert_eq!(back.op_type, "Reshape");
+        assert_eq!(
+            g.initializers[&back.inputs[1].unwrap()].to_i64_vec().unwrap(),
+            vec![0, 0, 4, -1]
+        );
+    }
+
+    #[test]
+    fn heads_the_graph_does_not_state_keep_the_four_dimensional_form() {
+        let g = fuse(&row_chain(false)).expect("fused");
+        let a = g.nodes.iter().find(|n| n.op_type == "Attention").expect("attention");
+        assert_eq!(a.attrs.int("q_num_heads").unwrap(), None);
+        assert!(g.nodes.iter().any(|n| n.op_type == "Transpose"));
+    }
+
+    #[test]
+    fn heads_from_the_trailing_constants_of_a_concatenated_target_take_the_row_form() {
+        // The target is Concat(x.size()[:-1], [4], [16]): 20 is not a constant.
+        let mut g = row_chain(true);
+        g.initializers.remove(&ValueId(5));
+        g.initializers.insert(ValueId(21), Tensor::from_vec(vec![1], vec![4i64]).unwrap());
+        g.initializers.insert(ValueId(22), Tensor::from_vec(vec![1], vec![16i64]).unwrap());
+        g.nodes.push(node("Concat", &[20, 21, 22], 5));
+        g.values.extend(
+            (20..23).map(|i| crate::graph::ValueInfo { name: format!("v{i}"), declared: None }),
+        );
+        g.inputs.push(ValueId(20));
+        let g = fuse(&g).expect("fused");
+        let a = g.nodes.iter().find(|n| n.op_type == "Attention").expect("attention");
+        assert_eq!(a.attrs.int("q_num_heads").unwrap(), Some(4));
     }
 }

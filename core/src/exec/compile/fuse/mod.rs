@@ -143,6 +143,7 @@ struct Rewrite {
     drop: HashSet<usize>,
     put: HashMap<usize, Vec<Node>>,
     values: Vec<ValueInfo>,
+    constants: Vec<(ValueId, Tensor)>,
 }
 
 impl Rewrite {
@@ -166,6 +167,13 @@ impl Rewrite {
         id
     }
 
+    /// A new constant value holding `t`.
+    fn constant(&mut self, graph: &Graph, name: String, t: Tensor) -> ValueId {
+        let id = self.value(graph, name);
+        self.constants.push((id, t));
+        id
+    }
+
     /// The rewritten graph, or `None` when nothing was replaced.
     fn apply(mut self, graph: &Graph) -> Option<Graph> {
         if self.put.is_empty() {
@@ -181,7 +189,9 @@ impl Rewrite {
         }
         let mut values = graph.values.clone();
         values.append(&mut self.values);
-        Some(Graph { nodes, values, ..graph.clone() })
+        let mut initializers = graph.initializers.clone();
+        initializers.extend(self.constants);
+        Some(Graph { nodes, values, initializers, ..graph.clone() })
     }
 }
 

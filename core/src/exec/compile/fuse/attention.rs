@@ -113,11 +113,12 @@ fn transposed_from(l: &Links<'_>, x: ValueId, perm: &[i64]) -> Option<(usize, Va
 }
 
 /// The head count of the 4-D value `v` (its dim 2) when the Reshape writing
-/// it has a positive constant there: a constant target, or a Concat whose
-/// trailing pieces are constants covering its last two entries (the
-/// exporters' `x.size()[:-1] + (heads, size)` and `view(b, -1, heads,
-/// size)`). `v` is known to be 4-D, so dim 2 is the target's second-to-last
-/// entry however many leading entries the other pieces hold.
+/// it states it: a constant target, or a Concat whose trailing pieces are
+/// constants covering its last two entries (the exporters' `x.size()[:-1] +
+/// (heads, size)` and `view(b, -1, heads, size)`), or `-1` there with the
+/// width of the projection reshaped known (`view(*shape, -1, size)`). `v`
+/// is known to be 4-D, so dim 2 is the target's second-to-last entry however
+/// many leading entries the other pieces hold.
 fn reshaped_heads(l: &Links<'_>, v: ValueId) -> Option<i64> {
     let r = l.writer(v, "Reshape")?;
     let target = l.node(r).input(1)?;
@@ -133,8 +134,31 @@ fn reshaped_heads(l: &Links<'_>, v: ValueId) -> Option<i64> {
             tail = piece;
         }
     }
-    let heads = *tail.iter().rev().nth(1)?;
-    (heads > 0).then_some(heads)
+    let (heads, size) = (*tail.iter().rev().nth(1)?, *tail.last()?);
+    if heads > 0 {
+        return Some(heads);
+    }
+    // `view(…, -1, size)`: the heads are the projection's width over the size.
+    let width = projected_width(l, l.node(r).input(0)?)?;
+    (heads == -1 && size > 0 && width % size == 0).then_some(width / size)
+}
+
+/// The width of `x = MatMul(…, W)` or `x = MatMul(…, W) + bias`, from the
+/// constant 2-D weight W.
+fn projected_width(l: &Links<'_>, x: ValueId) -> Option<i64> {
+    let m = match l.writer(x, "Add") {
+        Some(a) => {
+            let n = l.node(a);
+            let (u, w) = (n.input(0)?, n.input(1)?);
+            l.writer(u, "MatMul").or_else(|| l.writer(w, "MatMul"))?
+        }
+        None => l.writer(x, "MatMul")?,
+    };
+    let w = l.constant(l.node(m).input(1)?)?;
+    match w.shape() {
+        [_, n] => i64::try_from(*n).ok(),
+        _ => None,
+    }
 }
 
 /// The row form of a chain (see the module docs).
@@ -460,5 +484,25 @@ mod tests {
         let g = fuse(&g).expect("fused");
         let a = g.nodes.iter().find(|n| n.op_type == "Attention").expect("attention");
         assert_eq!(a.attrs.int("q_num_heads").unwrap(), Some(4));
+    }
+
+    #[test]
+    fn heads_left_to_minus_one_come_from_the_projection_width() {
+        // q, k, v = MatMul(x_i, W[8, 64]) feed reshapes to [0, 0, -1, 16].
+        let mut g = row_chain(true);
+        g.initializers
+            .insert(ValueId(5), Tensor::from_vec(vec![4], vec![0i64, 0, -1, 16]).unwrap());
+        g.initializers.insert(ValueId(21), Tensor::from_vec(vec![8, 64], vec![0f32; 512]).unwrap());
+        for (x, out) in [(20, 0), (22, 1), (23, 2)] {
+            g.nodes.push(node("MatMul", &[x, 21], out));
+        }
+        g.values.extend(
+            (20..24).map(|i| crate::graph::ValueInfo { name: format!("v{i}"), declared: None }),
+        );
+        g.inputs = vec![ValueId(20), ValueId(22), ValueId(23), ValueId(3)];
+        let g = fuse(&g).expect("fused");
+        let a = g.nodes.iter().find(|n| n.op_type == "Attention").expect("attention");
+        assert_eq!(a.attrs.int("q_num_heads").unwrap(), Some(4));
+        assert_eq!(a.attrs.int("kv_num_heads").unwrap(), Some(4));
     }
 }

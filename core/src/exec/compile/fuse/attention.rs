@@ -76,9 +76,10 @@ fn scores(l: &Links<'_>, x: ValueId) -> Option<(Vec<usize>, ValueId, Keys, f64)>
     } else if let Some(m) = l.writer(x, "Mul") {
         nodes.push(m);
         let n = l.node(m);
-        match (n.input(0)?, n.input(1)?) {
-            (a, b) if l.scalar(b).is_some() => (a, l.scalar(b)?),
-            (a, b) => (b, l.scalar(a)?),
+        let (a, b) = (n.input(0)?, n.input(1)?);
+        match l.scalar(b) {
+            Some(c) => (a, c),
+            None => (b, l.scalar(a)?),
         }
     } else {
         (x, 1.0)
@@ -308,6 +309,7 @@ pub(super) fn fuse(graph: &Graph) -> Option<Graph> {
             continue;
         }
         let last = l.node(*f.chain.last().unwrap_or(&i));
+        let Some(out) = last.outputs.first().copied().flatten() else { continue };
         let name = format!("{}/Attention", last.name);
         let row_form = match f.k {
             Keys::Rows(k) => rows(&l, &f, k).filter(|r| !r.more.iter().any(|&t| rw.taken(t))),
@@ -338,17 +340,14 @@ pub(super) fn fuse(graph: &Graph) -> Option<Graph> {
         };
         let mut inputs = vec![f.q, k, f.v];
         inputs.extend(f.mask);
-        let out = l.out0(*f.chain.last().unwrap_or(&i));
-        let mut attention = op_node(
+        nodes.push(op_node(
             &name,
             "Attention",
             23,
             &inputs,
-            ValueId(0),
+            out,
             vec![("scale", Attribute::Float(f.scale as f32))],
-        );
-        attention.outputs = vec![out];
-        nodes.push(attention);
+        ));
         rw.replace(&f.chain, nodes);
     }
     rw.apply(graph)

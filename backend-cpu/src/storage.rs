@@ -4,6 +4,13 @@
 //! compared exactly with the planner's figures. Freed blocks go to a
 //! size-class cache (bounded by `cache_limit`) so repeated runs do not pay the
 //! system allocator's page faults again; `reserved_bytes` reports live plus cached.
+//!
+//! A block's contents are unspecified: zeros when it is fresh from the system,
+//! a freed buffer's bytes when it comes from the cache (zeroing it again would
+//! cost a pass over every intermediate). Kernels write every element of their
+//! outputs. `ONYX_CPU_POISON=1` fills every block with `0xFF` bytes instead
+//! (NaN floats, -1 integers), so a test run shows any kernel that reads an
+//! output element it did not write.
 
 use std::alloc::{Layout, alloc_zeroed, dealloc};
 use std::collections::HashMap;
@@ -28,6 +35,8 @@ pub struct Storage {
     next_id: u64,
     limit: u64,
     stats: MemoryStats,
+    /// Fill every block with `0xFF` (see the module docs).
+    poison: bool,
 }
 
 // SAFETY: the raw pointers are exclusively owned heap blocks; the provider
@@ -51,10 +60,11 @@ impl Storage {
             next_id: 1,
             limit,
             stats: MemoryStats::default(),
+            poison: std::env::var_os("ONYX_CPU_POISON").is_some_and(|v| v != "0"),
         }
     }
 
-    /// Allocates a zeroed block.
+    /// Allocates a block (contents unspecified: see the module docs).
     pub fn allocate(&mut self, size: u64, align: u32) -> Result<DeviceBuffer, EpError> {
         let in_use = self.stats.in_use_bytes;
         let oom = || EpError::OutOfMemory { requested: size, in_use, limit: self.limit };
@@ -67,11 +77,10 @@ impl Storage {
         let ptr = match self.cache.get_mut(&(capacity, align)).and_then(Vec::pop) {
             Some(p) => {
                 self.cached_bytes -= capacity;
-                // SAFETY: `p` is a live block of `capacity` bytes owned by the cache.
-                unsafe { std::ptr::write_bytes(p, 0, capacity) };
                 p
             }
             None => {
+                // Zeroed, so that every byte a kernel may read is initialized.
                 // SAFETY: the layout has a non-zero size (size_class returns >= 64).
                 let p = unsafe { alloc_zeroed(layout) };
                 if p.is_null() {
@@ -80,6 +89,10 @@ impl Storage {
                 p
             }
         };
+        if self.poison {
+            // SAFETY: `p` is a live block of `capacity` bytes owned by this pool.
+            unsafe { std::ptr::write_bytes(ptr, 0xFF, capacity) };
+        }
         let id = self.next_id;
         self.next_id += 1;
         self.blocks.insert(id, Block { ptr, layout, size });
@@ -196,17 +209,27 @@ mod tests {
     }
 
     #[test]
-    fn a_recycled_block_comes_back_zeroed() {
+    fn a_freed_block_is_reused_from_the_cache_and_a_fresh_one_is_zeroed() {
         let mut s = Storage::new(u64::MAX, 1 << 20);
+        s.poison = false;
         let a = s.allocate(64, 4).unwrap();
         let (p, _) = s.resolve(&a).unwrap();
         // SAFETY: p points to 64 live bytes.
-        unsafe { std::ptr::write_bytes(p, 0xAB, 64) };
+        assert!(unsafe { std::slice::from_raw_parts(p, 64) }.iter().all(|&x| x == 0));
         s.deallocate(a).unwrap();
         let b = s.allocate(64, 4).unwrap();
         let (q, _) = s.resolve(&b).unwrap();
-        // SAFETY: q points to 64 live bytes.
-        assert!(unsafe { std::slice::from_raw_parts(q, 64) }.iter().all(|&x| x == 0));
+        assert_eq!(p, q);
         assert_eq!(s.stats().reserved_bytes, 64);
+    }
+
+    #[test]
+    fn poisoning_fills_every_block_with_ones() {
+        let mut s = Storage::new(u64::MAX, 1 << 20);
+        s.poison = true;
+        let a = s.allocate(64, 4).unwrap();
+        let (p, _) = s.resolve(&a).unwrap();
+        // SAFETY: p points to 64 live bytes.
+        assert!(unsafe { std::slice::from_raw_parts(p, 64) }.iter().all(|&x| x == 0xFF));
     }
 }

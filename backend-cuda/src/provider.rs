@@ -333,9 +333,10 @@ impl ExecutionProvider for CudaProvider {
     }
 
     /// Attention keeps its scores on chip and SkipLayerNormalization adds and
-    /// normalizes in one pass: both beat their chains here.
+    /// normalizes in one pass: both beat their chains here (as the folded
+    /// Conv and Gelu do everywhere).
     fn prefers_fused(&self, _domain: &str, op_type: &str) -> bool {
-        matches!(op_type, "Gelu" | "Attention" | "SkipLayerNormalization")
+        matches!(op_type, "Gelu" | "Conv" | "Attention" | "SkipLayerNormalization")
     }
 
     fn prepare(&self, spec: &KernelSpec<'_>) -> Result<KernelId, EpError> {

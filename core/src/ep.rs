@@ -197,10 +197,11 @@ pub trait ExecutionProvider: MaybeSendSync {
 
     /// Whether chains that compute `domain::op_type` should be fused into it
     /// here: true where this provider's kernel for the op beats the chain's
-    /// kernels. By default only `Gelu`, which every provider computes in one
-    /// elementwise pass.
+    /// kernels. By default `Gelu`, which every provider computes in one
+    /// elementwise pass, and `Conv`, into which a following
+    /// BatchNormalization folds at no cost.
     fn prefers_fused(&self, domain: &str, op_type: &str) -> bool {
-        domain == crate::graph::DEFAULT_DOMAIN && op_type == "Gelu"
+        domain == crate::graph::DEFAULT_DOMAIN && matches!(op_type, "Gelu" | "Conv")
     }
 
     /// Prepares (compiles, specializes) a kernel for a node.

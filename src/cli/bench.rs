@@ -97,6 +97,10 @@ pub fn bench(a: BenchArgs) -> Result<ExitCode> {
                 o.share * 100.0
             );
         }
+        println!("slowest nodes");
+        for n in p.by_node.iter().take(SLOWEST) {
+            println!("  {:<40} {:<20} {:>9.3} ms", n.node, n.op, n.ms);
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -106,12 +110,25 @@ fn open_timed(model: &std::path::Path, args: &super::SessionArgs) -> Result<onyx
     super::io::open_with(model, args, true, |b| b.with_memory_timeline(false))
 }
 
+/// How many of the slowest nodes the text report lists.
+const SLOWEST: usize = 12;
+
 /// Time by op type in one profiled run.
 #[derive(Debug, serde::Serialize)]
 pub struct Profile {
     pub total_ms: f64,
     pub nodes: usize,
     pub by_op: Vec<OpTime>,
+    /// Every timed node, slowest first.
+    pub by_node: Vec<NodeTime>,
+}
+
+/// One node's time in a profiled run.
+#[derive(Debug, serde::Serialize)]
+pub struct NodeTime {
+    pub node: String,
+    pub op: String,
+    pub ms: f64,
 }
 
 /// One op type's share of a profiled run.
@@ -132,6 +149,7 @@ impl Profile {
         op_of.extend(session.placement().into_iter().map(|(n, _)| (n.name, n.op_type)));
         let mut by: std::collections::BTreeMap<&str, (usize, f64)> = Default::default();
         let mut nodes = 0;
+        let mut by_node = Vec::new();
         for step in &o.memory.timeline {
             let Some(ms) = step.ms else { continue };
             let op = op_of.get(step.step.as_str()).map_or("?", String::as_str);
@@ -139,7 +157,9 @@ impl Profile {
             e.0 += 1;
             e.1 += ms;
             nodes += 1;
+            by_node.push(NodeTime { node: step.step.clone(), op: op.to_string(), ms });
         }
+        by_node.sort_by(|a, b| b.ms.total_cmp(&a.ms));
         let total_ms: f64 = by.values().map(|(_, ms)| ms).sum();
         let mut by_op: Vec<OpTime> = by
             .into_iter()
@@ -151,7 +171,7 @@ impl Profile {
             })
             .collect();
         by_op.sort_by(|a, b| b.ms.total_cmp(&a.ms));
-        Profile { total_ms, nodes, by_op }
+        Profile { total_ms, nodes, by_op, by_node }
     }
 }
 

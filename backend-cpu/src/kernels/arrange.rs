@@ -103,6 +103,7 @@ fn eye<T: bytemuck::Pod>(io: &KernelIo, k: i64, one: T) -> Result<(), EpError> {
         return Err(EpError::Kernel(format!("EyeLike needs a matrix, got {dims:?}")));
     };
     let out = io.output::<T>(0)?;
+    out.fill(bytemuck::Zeroable::zeroed());
     for i in 0..n {
         let j = i as i64 + k;
         if (0..m as i64).contains(&j) {

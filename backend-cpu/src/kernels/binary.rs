@@ -145,22 +145,22 @@ fn float_binary<F: FloatExt + AsF64>(
     use BinaryKind::*;
     let zero = F::zero();
     match kind {
-        Add => zip2(io, |a: F, b: F| a + b),
-        Sub => zip2(io, |a: F, b: F| a - b),
-        Mul => zip2(io, |a: F, b: F| a * b),
-        Div => zip2(io, |a: F, b: F| a / b),
+        Add => zip2(io, move |a: F, b: F| a + b),
+        Sub => zip2(io, move |a: F, b: F| a - b),
+        Mul => zip2(io, move |a: F, b: F| a * b),
+        Div => zip2(io, move |a: F, b: F| a / b),
         Pow => pow::<F>(io, exp_dtype),
-        Mod { fmod: true } => zip2(io, |a: F, b: F| a % b),
+        Mod { fmod: true } => zip2(io, move |a: F, b: F| a % b),
         // numpy's mod: the remainder takes the divisor's sign.
-        Mod { fmod: false } => zip2(io, |a: F, b: F| {
+        Mod { fmod: false } => zip2(io, move |a: F, b: F| {
             let r = a % b;
             if r != zero && (r < zero) != (b < zero) { r + b } else { r }
         }),
-        Equal => zip2(io, |a: F, b: F| (a == b) as u8),
-        Less => zip2(io, |a: F, b: F| (a < b) as u8),
-        Greater => zip2(io, |a: F, b: F| (a > b) as u8),
-        LessOrEqual => zip2(io, |a: F, b: F| (a <= b) as u8),
-        GreaterOrEqual => zip2(io, |a: F, b: F| (a >= b) as u8),
+        Equal => zip2(io, move |a: F, b: F| (a == b) as u8),
+        Less => zip2(io, move |a: F, b: F| (a < b) as u8),
+        Greater => zip2(io, move |a: F, b: F| (a > b) as u8),
+        LessOrEqual => zip2(io, move |a: F, b: F| (a <= b) as u8),
+        GreaterOrEqual => zip2(io, move |a: F, b: F| (a >= b) as u8),
         PRelu => zip2(io, move |x: F, s: F| if x < zero { x * s } else { x }),
         _ => Err(EpError::Unsupported(format!("{kind:?} on floats"))),
     }
@@ -180,37 +180,48 @@ fn int_binary<T: IntArith>(
         Pow => pow::<T>(io, exp_dtype),
         Mod { fmod: true } => zip2(io, T::wrem),
         Mod { fmod: false } => zip2(io, int_mod::<T>),
-        Equal => zip2(io, |a: T, b: T| (a == b) as u8),
-        Less => zip2(io, |a: T, b: T| (a < b) as u8),
-        Greater => zip2(io, |a: T, b: T| (a > b) as u8),
-        LessOrEqual => zip2(io, |a: T, b: T| (a <= b) as u8),
-        GreaterOrEqual => zip2(io, |a: T, b: T| (a >= b) as u8),
+        Equal => zip2(io, move |a: T, b: T| (a == b) as u8),
+        Less => zip2(io, move |a: T, b: T| (a < b) as u8),
+        Greater => zip2(io, move |a: T, b: T| (a > b) as u8),
+        LessOrEqual => zip2(io, move |a: T, b: T| (a <= b) as u8),
+        GreaterOrEqual => zip2(io, move |a: T, b: T| (a >= b) as u8),
         BitShiftLeft => zip2(io, T::shl),
         BitShiftRight => zip2(io, T::shr),
-        BitwiseAnd => zip2(io, |a: T, b: T| a & b),
-        BitwiseOr => zip2(io, |a: T, b: T| a | b),
-        BitwiseXor => zip2(io, |a: T, b: T| a ^ b),
-        PRelu => zip2(io, |x: T, s: T| if x < T::ZERO { x.wmul(s) } else { x }),
+        BitwiseAnd => zip2(io, move |a: T, b: T| a & b),
+        BitwiseOr => zip2(io, move |a: T, b: T| a | b),
+        BitwiseXor => zip2(io, move |a: T, b: T| a ^ b),
+        PRelu => zip2(io, move |x: T, s: T| if x < T::ZERO { x.wmul(s) } else { x }),
         And | Or | Xor => Err(EpError::Unsupported(format!("{kind:?} on integers"))),
     }
 }
 
-/// `Pow` with an exponent of any numeric dtype, computed through f64.
+/// `Pow` with an exponent of any numeric dtype, computed through f64. A lone
+/// exponent of 2 (squared magnitudes, variances) is a product, which is what
+/// `powf` returns for it, without the call.
 fn pow<T: AsF64 + bytemuck::Pod + Send + Sync>(
     io: &KernelIo,
     exp_dtype: DType,
 ) -> Result<(), EpError> {
-    numeric!(exp_dtype, E => zip2(io, |a: T, b: E| T::from_f64(a.to_f64().powf(b.to_f64()))),
-        else Err(unsupported_dtype("Pow exponent", exp_dtype)))
+    numeric!(exp_dtype, E => {
+        let squares = matches!(operand::<E>(io, 1)?, Some([e]) if e.to_f64() == 2.0);
+        if squares {
+            zip2(io, move |a: T, _: E| {
+                let x = a.to_f64();
+                T::from_f64(x * x)
+            })
+        } else {
+            zip2(io, move |a: T, b: E| T::from_f64(a.to_f64().powf(b.to_f64())))
+        }
+    }, else Err(unsupported_dtype("Pow exponent", exp_dtype)))
 }
 
 fn bool_binary(kind: BinaryKind, io: &KernelIo) -> Result<(), EpError> {
     use BinaryKind::*;
     match kind {
-        And => zip2(io, |a: u8, b: u8| (a != 0 && b != 0) as u8),
-        Or => zip2(io, |a: u8, b: u8| (a != 0 || b != 0) as u8),
-        Xor => zip2(io, |a: u8, b: u8| ((a != 0) != (b != 0)) as u8),
-        Equal => zip2(io, |a: u8, b: u8| ((a != 0) == (b != 0)) as u8),
+        And => zip2(io, move |a: u8, b: u8| (a != 0 && b != 0) as u8),
+        Or => zip2(io, move |a: u8, b: u8| (a != 0 || b != 0) as u8),
+        Xor => zip2(io, move |a: u8, b: u8| ((a != 0) != (b != 0)) as u8),
+        Equal => zip2(io, move |a: u8, b: u8| ((a != 0) == (b != 0)) as u8),
         _ => Err(EpError::Unsupported(format!("{kind:?} on bool"))),
     }
 }

@@ -11,13 +11,21 @@ use super::fastmath::{Wide, vectorized_wide};
 use super::matmul::{GemmType, Mat, gemm_into};
 use super::{CpuKernel, KernelIo, KernelRegistry, in_dtype, op, unsupported_dtype};
 
-/// For one spatial dim and kernel offset: the input index of each output position (-1 in padding).
-fn index_map(geo: &Geometry, d: usize, k: usize, input: usize) -> Vec<isize> {
-    (0..geo.output[d])
-        .map(|o| {
-            let i =
-                (o * geo.strides[d] + k * geo.dilations[d]) as isize - geo.pads_begin[d] as isize;
-            if i >= 0 && (i as usize) < input { i } else { -1 }
+/// For each spatial dim `d` and kernel offset `k`: the input index read by
+/// each output position (-1 in padding), flattened as `maps[d][k * output[d] + o]`.
+fn index_maps(geo: &Geometry, in_dims: &[usize]) -> Vec<Vec<isize>> {
+    (0..in_dims.len())
+        .map(|d| {
+            let (out, input) = (geo.output[d], in_dims[d] as isize);
+            (0..geo.kernel[d])
+                .flat_map(|k| {
+                    (0..out).map(move |o| {
+                        let i = (o * geo.strides[d] + k * geo.dilations[d]) as isize
+                            - geo.pads_begin[d] as isize;
+                        if (0..input).contains(&i) { i } else { -1 }
+                    })
+                })
+                .collect()
         })
         .collect()
 }
@@ -32,6 +40,10 @@ pub(crate) fn unravel(mut index: usize, dims: &[usize]) -> Vec<usize> {
     out
 }
 
+/// Elements of `col` one im2col task fills at least: smaller convolutions
+/// (1-D signal convs, late small feature maps) run on one thread.
+const IM2COL_TASK: usize = 1 << 15;
+
 /// Fills `col` ([C × prod(kernel)] rows of [prod(output)]) from one image `x` ([C, in…]).
 fn im2col<T: Copy + Send + Sync + num_traits::Zero>(
     x: &[T],
@@ -43,37 +55,56 @@ fn im2col<T: Copy + Send + Sync + num_traits::Zero>(
     let os: usize = geo.output.iter().product();
     let plane: usize = in_dims.iter().product();
     let rank = in_dims.len();
+    if os == 0 || rank == 0 {
+        return;
+    }
     let in_strides = onyx_core::shape::strides(in_dims);
-    col.par_chunks_mut(os.max(1)).enumerate().for_each(|(row, dst)| {
-        let c = row / ks;
-        let k = unravel(row % ks, &geo.kernel);
-        let maps: Vec<Vec<isize>> =
-            (0..rank).map(|d| index_map(geo, d, k[d], in_dims[d])).collect();
-        let src = &x[c * plane..(c + 1) * plane];
-        let inner = geo.output[rank - 1];
-        let outer = os / inner.max(1);
-        let last = &maps[rank - 1];
-        for o in 0..outer {
-            let pos = unravel(o, &geo.output[..rank - 1]);
-            let mut base = 0isize;
-            for d in 0..rank - 1 {
-                let i = maps[d][pos[d]];
-                if i < 0 {
-                    base = -1;
-                    break;
+    let maps = index_maps(geo, in_dims);
+    let inner = geo.output[rank - 1];
+    let outer = os / inner.max(1);
+    let min_rows = IM2COL_TASK.div_ceil(os);
+    col.par_chunks_mut(os).enumerate().with_min_len(min_rows).for_each_init(
+        || (vec![0usize; rank], vec![0usize; rank]),
+        |(k, pos), (row, dst)| {
+            let c = row / ks;
+            let mut rest = row % ks;
+            for d in (0..rank).rev() {
+                k[d] = rest % geo.kernel[d];
+                rest /= geo.kernel[d];
+            }
+            let src = &x[c * plane..(c + 1) * plane];
+            let last = &maps[rank - 1][k[rank - 1] * inner..][..inner];
+            pos.fill(0);
+            for o in 0..outer {
+                let mut base = 0isize;
+                for d in 0..rank - 1 {
+                    let i = maps[d][k[d] * geo.output[d] + pos[d]];
+                    if i < 0 {
+                        base = -1;
+                        break;
+                    }
+                    base += i * in_strides[d] as isize;
                 }
-                base += i * in_strides[d] as isize;
+                let row_out = &mut dst[o * inner..(o + 1) * inner];
+                if base < 0 {
+                    row_out.fill(T::zero());
+                } else {
+                    let src = &src[base as usize..];
+                    for (slot, &i) in row_out.iter_mut().zip(last) {
+                        *slot = if i < 0 { T::zero() } else { src[i as usize] };
+                    }
+                }
+                // Next position over the outer dims (row-major).
+                for d in (0..rank - 1).rev() {
+                    pos[d] += 1;
+                    if pos[d] < geo.output[d] {
+                        break;
+                    }
+                    pos[d] = 0;
+                }
             }
-            let row_out = &mut dst[o * inner..(o + 1) * inner];
-            if base < 0 {
-                row_out.fill(T::zero());
-                continue;
-            }
-            for (slot, &i) in row_out.iter_mut().zip(last) {
-                *slot = if i < 0 { T::zero() } else { src[(base + i) as usize] };
-            }
-        }
-    });
+        },
+    );
 }
 
 struct ConvKernel {
@@ -174,27 +205,23 @@ impl Wide for PlaneTask<'_> {
     fn run(self) {
         let PlaneTask { p, src, k, start, buf, dst } = self;
         let (rows, len, sw) = (p.rows, p.len, p.sw);
-        buf.clear();
-        buf.resize(sw * rows * len, 0.0);
+        // Every plane of a call has the same geometry, so the padding cells are
+        // the same: zeroed once per buffer, never written afterwards.
+        if buf.len() != sw * rows * len {
+            buf.clear();
+            buf.resize(sw * rows * len, 0.0);
+        }
         for py in 0..rows {
             let Some(iy) = py.checked_sub(p.pt).filter(|&iy| iy < p.h) else { continue };
             let srow = &src[iy * p.w..][..p.w];
-            for q in 0..sw {
-                // Phase q's column j is padded column j·sw + q, input column j·sw + q − pl.
-                let j0 = if p.pl <= q { 0 } else { (p.pl - q).div_ceil(sw) };
-                let Some(ix0) = (j0 * sw + q).checked_sub(p.pl).filter(|&i| i < p.w) else {
-                    continue;
-                };
-                let brow = &mut buf[(q * rows + py) * len..][..len];
-                if sw == 1 {
-                    let n = (p.w - ix0).min(len - j0.min(len));
-                    brow[j0..j0 + n].copy_from_slice(&srow[ix0..ix0 + n]);
-                    continue;
-                }
-                for (d, &v) in brow[j0.min(len)..].iter_mut().zip(srow[ix0..].iter().step_by(sw)) {
-                    *d = v;
-                }
+            if sw == 1 {
+                let row = &mut buf[py * len..][..len];
+                let start = p.pl.min(len);
+                let n = p.w.min(len - start);
+                row[start..start + n].copy_from_slice(&srow[..n]);
+                continue;
             }
+            split_phases(p, py, srow, buf);
         }
         // Four vectors of independent sums hide the add latency: four runs
         // of one row where rows are wide, one run of four rows elsewhere.
@@ -213,6 +240,51 @@ impl Wide for PlaneTask<'_> {
             for oy in tall..p.oh {
                 runs.one::<LANES>(oy, ox, dst);
             }
+        }
+    }
+}
+
+/// Copies input row `srow` into the phase rows of padded row `py`: input
+/// column `ix` is padded column `ix + pl`, which goes to phase `(ix + pl) % sw`
+/// at `(ix + pl) / sw`. Whole groups of `sw` columns are dealt out together
+/// (a vectorizable de-interleave); columns past the phase rows are never read.
+#[inline(always)]
+fn split_phases(p: &Plane, py: usize, srow: &[f32], buf: &mut [f32]) {
+    let (rows, len, sw, pl) = (p.rows, p.len, p.sw, p.pl);
+    let at = |ix: usize| {
+        let pc = ix + pl;
+        let j = pc / sw;
+        (j < len).then(|| ((pc % sw) * rows + py) * len + j)
+    };
+    // The first input column that starts a group (phase 0).
+    let first = ((sw - pl % sw) % sw).min(srow.len());
+    for (ix, &v) in srow.iter().enumerate().take(first) {
+        if let Some(i) = at(ix) {
+            buf[i] = v;
+        }
+    }
+    let j0 = (first + pl) / sw;
+    let groups = ((srow.len() - first) / sw).min(len.saturating_sub(j0));
+    let body = &srow[first..first + groups * sw];
+    if sw == 2 {
+        let (even, odd) = buf.split_at_mut(rows * len);
+        let even = &mut even[py * len + j0..][..groups];
+        let odd = &mut odd[py * len + j0..][..groups];
+        for ((e, o), pair) in even.iter_mut().zip(odd.iter_mut()).zip(body.chunks_exact(2)) {
+            *e = pair[0];
+            *o = pair[1];
+        }
+    } else {
+        for q in 0..sw {
+            let row = &mut buf[(q * rows + py) * len + j0..][..groups];
+            for (d, g) in row.iter_mut().zip(body.chunks_exact(sw)) {
+                *d = g[q];
+            }
+        }
+    }
+    for ix in first + groups * sw..srow.len() {
+        if let Some(i) = at(ix) {
+            buf[i] = srow[ix];
         }
     }
 }

@@ -110,7 +110,7 @@ fn fast_f32(kind: UnaryKind, io: &KernelIo) -> Option<Result<(), EpError>> {
         Tanh => map_same(io, fastmath::tanh),
         Sigmoid => map_same(io, fastmath::sigmoid),
         Gelu { tanh_approximation: false } => {
-            map_same(io, |x: f32| 0.5 * x * (1.0 + fastmath::erf(x * FRAC_1_SQRT_2)))
+            map_same(io, move |x: f32| 0.5 * x * (1.0 + fastmath::erf(x * FRAC_1_SQRT_2)))
         }
         Gelu { tanh_approximation: true } => {
             let k = FRAC_2_PI.sqrt();
@@ -128,16 +128,16 @@ fn float_unary<F: FloatExt>(kind: UnaryKind, io: &KernelIo) -> Result<(), EpErro
     let zero = F::zero();
     let one = F::one();
     match kind {
-        Abs => map_same(io, |x: F| x.abs()),
-        Neg => map_same(io, |x: F| -x),
-        Exp => map_same(io, |x: F| x.exp()),
-        Log => map_same(io, |x: F| x.ln()),
-        Sqrt => map_same(io, |x: F| x.sqrt()),
-        Reciprocal => map_same(io, |x: F| x.recip()),
-        Floor => map_same(io, |x: F| x.floor()),
-        Ceil => map_same(io, |x: F| x.ceil()),
+        Abs => map_same(io, move |x: F| x.abs()),
+        Neg => map_same(io, move |x: F| -x),
+        Exp => map_same(io, move |x: F| x.exp()),
+        Log => map_same(io, move |x: F| x.ln()),
+        Sqrt => map_same(io, move |x: F| x.sqrt()),
+        Reciprocal => map_same(io, move |x: F| x.recip()),
+        Floor => map_same(io, move |x: F| x.floor()),
+        Ceil => map_same(io, move |x: F| x.ceil()),
         Round => map_same(io, round_even::<F>),
-        Sign => map_same(io, |x: F| {
+        Sign => map_same(io, move |x: F| {
             if x > zero {
                 one
             } else if x < zero {
@@ -146,24 +146,24 @@ fn float_unary<F: FloatExt>(kind: UnaryKind, io: &KernelIo) -> Result<(), EpErro
                 x
             }
         }),
-        Sin => map_same(io, |x: F| x.sin()),
-        Cos => map_same(io, |x: F| x.cos()),
-        Tan => map_same(io, |x: F| x.tan()),
-        Asin => map_same(io, |x: F| x.asin()),
-        Acos => map_same(io, |x: F| x.acos()),
-        Atan => map_same(io, |x: F| x.atan()),
-        Sinh => map_same(io, |x: F| x.sinh()),
-        Cosh => map_same(io, |x: F| x.cosh()),
-        Asinh => map_same(io, |x: F| x.asinh()),
-        Acosh => map_same(io, |x: F| x.acosh()),
-        Atanh => map_same(io, |x: F| x.atanh()),
-        Relu => map_same(io, |x: F| if x < zero { zero } else { x }),
+        Sin => map_same(io, move |x: F| x.sin()),
+        Cos => map_same(io, move |x: F| x.cos()),
+        Tan => map_same(io, move |x: F| x.tan()),
+        Asin => map_same(io, move |x: F| x.asin()),
+        Acos => map_same(io, move |x: F| x.acos()),
+        Atan => map_same(io, move |x: F| x.atan()),
+        Sinh => map_same(io, move |x: F| x.sinh()),
+        Cosh => map_same(io, move |x: F| x.cosh()),
+        Asinh => map_same(io, move |x: F| x.asinh()),
+        Acosh => map_same(io, move |x: F| x.acosh()),
+        Atanh => map_same(io, move |x: F| x.atanh()),
+        Relu => map_same(io, move |x: F| if x < zero { zero } else { x }),
         Sigmoid => map_same(io, sigmoid::<F>),
-        Tanh => map_same(io, |x: F| x.tanh()),
-        Erf => map_same(io, |x: F| x.erf()),
+        Tanh => map_same(io, move |x: F| x.tanh()),
+        Erf => map_same(io, move |x: F| x.erf()),
         Softplus => map_same(io, softplus::<F>),
-        Softsign => map_same(io, |x: F| x / (one + x.abs())),
-        IsNaN => map_to(io, |x: F| x.is_nan() as u8),
+        Softsign => map_same(io, move |x: F| x / (one + x.abs())),
+        IsNaN => map_to(io, move |x: F| x.is_nan() as u8),
         IsInf { detect_positive, detect_negative } => map_to(io, move |x: F| {
             (x.is_infinite() && ((x > zero && detect_positive) || (x < zero && detect_negative)))
                 as u8
@@ -196,7 +196,7 @@ fn float_unary<F: FloatExt>(kind: UnaryKind, io: &KernelIo) -> Result<(), EpErro
             let a = c(alpha as f64);
             map_same(io, move |x: F| if x > a { x } else { zero })
         }
-        Mish => map_same(io, |x: F| x * softplus(x).tanh()),
+        Mish => map_same(io, move |x: F| x * softplus(x).tanh()),
         Gelu { tanh_approximation: false } => {
             let (half, inv_sqrt2) = (c(0.5), c(std::f64::consts::FRAC_1_SQRT_2));
             map_same(io, move |x: F| half * x * (one + (x * inv_sqrt2).erf()))
@@ -259,7 +259,7 @@ fn int_unary<T: IntOps>(kind: UnaryKind, io: &KernelIo) -> Result<(), EpError> {
         Abs => map_same(io, T::abs_),
         Neg if T::SIGNED => map_same(io, T::neg_),
         Sign => map_same(io, T::sign_),
-        Relu if T::SIGNED => map_same(io, |x: T| if x < T::ZERO { T::ZERO } else { x }),
+        Relu if T::SIGNED => map_same(io, move |x: T| if x < T::ZERO { T::ZERO } else { x }),
         BitwiseNot => map_same(io, T::not_),
         Shrink { bias, lambd } => {
             let (b, l) = (bias as f64, lambd as f64);
@@ -291,7 +291,7 @@ struct UnaryKernel {
 impl CpuKernel for UnaryKernel {
     fn run(&self, io: &mut KernelIo) -> Result<(), EpError> {
         if self.kind == UnaryKind::Not {
-            return map_same(io, |x: u8| (x == 0) as u8);
+            return map_same(io, move |x: u8| (x == 0) as u8);
         }
         if self.dtype == DType::F32
             && let Some(done) = fast_f32(self.kind, io)

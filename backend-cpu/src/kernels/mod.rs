@@ -44,7 +44,9 @@ use onyx_core::ep::{EpError, KernelSpec};
 
 /// A prepared CPU kernel.
 pub trait CpuKernel: Send + Sync {
-    /// Runs on the given tensors. Output buffers are allocated and zeroed.
+    /// Runs on the given tensors. Output buffers are allocated with
+    /// unspecified contents (see [`crate::storage`]): a kernel writes every
+    /// element of its outputs.
     ///
     /// # Errors
     /// [`EpError::Kernel`] for invalid input values (indices out of range…).

@@ -297,7 +297,9 @@ struct ConstantOfShapeKernel {
 impl CpuKernel for ConstantOfShapeKernel {
     fn run(&self, io: &mut KernelIo) -> Result<(), EpError> {
         let out = io.output_bytes(0)?;
-        if !self.value.iter().all(|&b| b == 0) {
+        if self.value.iter().all(|&b| b == 0) {
+            out.fill(0);
+        } else {
             out.chunks_exact_mut(self.value.len()).for_each(|c| c.copy_from_slice(&self.value));
         }
         Ok(())

@@ -114,6 +114,8 @@ fn dft<T: AsF64 + bytemuck::Pod + Send + Sync>(io: &KernelIo, d: &Dft) -> Result
     }
     let hermitian = d.inverse && d.onesided;
     out.par_chunks_mut(block).enumerate().for_each(|(o, dst)| {
+        // Bins past the transform's length are zeros.
+        dst.fill(bytemuck::Zeroable::zeroed());
         let src = &x[o * n * inner * comps..];
         let mut line = vec![(0.0, 0.0); len];
         for i in 0..inner {

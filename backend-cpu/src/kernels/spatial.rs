@@ -82,6 +82,7 @@ fn max_unpool<T: bytemuck::Pod>(io: &KernelIo, m: &MaxUnpool) -> Result<(), EpEr
     }
     let (x, indices) = (io.input::<T>(0)?, io.ints(1)?);
     let out = io.output::<T>(0)?;
+    out.fill(bytemuck::Zeroable::zeroed());
     let total: usize = inferred.iter().product();
     for (&v, &i) in x.iter().zip(&indices) {
         let at = usize::try_from(i).ok().filter(|&i| i < total).ok_or_else(|| {
@@ -107,6 +108,7 @@ fn col2im<T: Arith>(io: &KernelIo, c: &Col2Im) -> Result<(), EpError> {
         return Ok(());
     }
     out.par_chunks_mut(im).zip(x.par_chunks(bl * l)).for_each(|(dst, src)| {
+        dst.fill(bytemuck::Zeroable::zeroed());
         for (b, tap) in taps.iter().enumerate() {
             for (j, cell) in cells.iter().enumerate() {
                 let coords = (0..tap.len()).map(|d| {
@@ -230,6 +232,8 @@ fn center_crop_pad<T: bytemuck::Pod + Send + Sync>(io: &KernelIo) -> Result<(), 
         return Ok(());
     }
     out.par_chunks_mut(last).enumerate().for_each(|(row, dst)| {
+        // Padding is zeros; output buffers are not zeroed beforehand.
+        dst.fill(bytemuck::Zeroable::zeroed());
         let pos = unravel(row, &od[..r]);
         let mut base = 0usize;
         for d in 0..r {

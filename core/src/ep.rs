@@ -198,10 +198,15 @@ pub trait ExecutionProvider: MaybeSendSync {
     /// Whether chains that compute `domain::op_type` should be fused into it
     /// here: true where this provider's kernel for the op beats the chain's
     /// kernels. By default `Gelu`, which every provider computes in one
-    /// elementwise pass, and `Conv`, into which a following
-    /// BatchNormalization folds at no cost.
+    /// elementwise pass, `Conv`, into which a following BatchNormalization
+    /// folds at no cost, and `com.microsoft` `FusedConv` (a Conv with its
+    /// activation) wherever the provider has it.
     fn prefers_fused(&self, domain: &str, op_type: &str) -> bool {
-        domain == crate::graph::DEFAULT_DOMAIN && matches!(op_type, "Gelu" | "Conv")
+        use crate::graph::{DEFAULT_DOMAIN, MICROSOFT_DOMAIN};
+        matches!(
+            (domain, op_type),
+            (DEFAULT_DOMAIN, "Gelu" | "Conv") | (MICROSOFT_DOMAIN, "FusedConv")
+        )
     }
 
     /// Prepares (compiles, specializes) a kernel for a node.

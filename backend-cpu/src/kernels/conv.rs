@@ -3,10 +3,12 @@
 
 use onyx_core::dtype::DType;
 use onyx_core::ep::{EpError, KernelSpec};
-use onyx_core::ops::conv::{Conv, Geometry};
+use onyx_core::ops::conv::{Conv, FusedConv, Geometry};
+use onyx_core::ops::elementwise::UnaryKind;
 use onyx_core::shape::Dim;
 use rayon::prelude::*;
 
+use super::elementwise::activate;
 use super::fastmath::{Wide, vectorized_wide};
 use super::matmul::{GemmType, Mat, gemm_into};
 use super::{CpuKernel, KernelIo, KernelRegistry, in_dtype, op, unsupported_dtype};
@@ -110,6 +112,8 @@ fn im2col<T: Copy + Send + Sync + num_traits::Zero>(
 struct ConvKernel {
     op: Conv,
     dtype: DType,
+    /// `FusedConv`'s activation (f32 only).
+    activation: Option<UnaryKind>,
 }
 
 /// A depthwise 2-D convolution (one input channel per group, any channel
@@ -118,7 +122,13 @@ struct ConvKernel {
 /// once into a zero-padded buffer split into column phases (columns `q, q+s,
 /// …` for stride `s`), so every tap reads a contiguous run, and each run of
 /// [`LANES`] outputs is accumulated over all taps in registers.
-fn depthwise2d(io: &KernelIo, xs: &[usize], mg: usize, geo: &Geometry) -> Result<(), EpError> {
+fn depthwise2d(
+    io: &KernelIo,
+    xs: &[usize],
+    mg: usize,
+    geo: &Geometry,
+    activation: Option<UnaryKind>,
+) -> Result<(), EpError> {
     let (c, h, w) = (xs[1], xs[2], xs[3]);
     let (kh, kw) = (geo.kernel[0], geo.kernel[1]);
     let (oh, ow) = (geo.output[0], geo.output[1]);
@@ -159,7 +169,10 @@ fn depthwise2d(io: &KernelIo, xs: &[usize], mg: usize, geo: &Geometry) -> Result
             let src = &x[(b * c + om / mg) * h * w..][..h * w];
             let k = &wt[om * kh * kw..][..kh * kw];
             let start = bias.map_or(0.0, |bs| bs[om]);
-            vectorized_wide(PlaneTask { p: &p, src, k, start, buf, dst });
+            vectorized_wide(PlaneTask { p: &p, src, k, start, buf, dst: &mut *dst });
+            if let Some(kind) = activation {
+                activate(kind, dst);
+            }
         },
     );
     Ok(())
@@ -229,7 +242,7 @@ impl Wide for PlaneTask<'_> {
         let wide = p.ow / (4 * LANES) * (4 * LANES);
         for oy in 0..p.oh {
             for ox in (0..wide).step_by(4 * LANES) {
-                runs.one::<{ 4 * LANES }>(oy, ox, dst);
+                runs.across(oy, ox, dst);
             }
         }
         let tall = p.oh / 4 * 4;
@@ -318,6 +331,43 @@ impl Runs<'_> {
         dst[oy * p.ow + ox..][..n].copy_from_slice(&acc[..n]);
     }
 
+    /// `4 × LANES` outputs of row `oy` from `ox` (all inside the row), as four
+    /// separate accumulators: one array of `4 × LANES` would live on the
+    /// stack, each tap a load and a store of it.
+    #[inline(always)]
+    fn across(&self, oy: usize, ox: usize, dst: &mut [f32]) {
+        let p = self.p;
+        let start = self.start;
+        let (mut a0, mut a1, mut a2, mut a3) =
+            ([start; LANES], [start; LANES], [start; LANES], [start; LANES]);
+        for ky in 0..p.kh {
+            let py = oy * p.sh + ky * p.dh;
+            for (kx, &(q, shift)) in p.taps.iter().enumerate() {
+                let kv = self.k[ky * p.kw + kx];
+                let s = &self.buf[(q * p.rows + py) * p.len + ox + shift..][..4 * LANES];
+                let (s0, rest) = s.split_at(LANES);
+                let (s1, rest) = rest.split_at(LANES);
+                let (s2, s3) = rest.split_at(LANES);
+                for (a, &v) in a0.iter_mut().zip(s0) {
+                    *a += v * kv;
+                }
+                for (a, &v) in a1.iter_mut().zip(s1) {
+                    *a += v * kv;
+                }
+                for (a, &v) in a2.iter_mut().zip(s2) {
+                    *a += v * kv;
+                }
+                for (a, &v) in a3.iter_mut().zip(s3) {
+                    *a += v * kv;
+                }
+            }
+        }
+        let row = &mut dst[oy * p.ow + ox..][..4 * LANES];
+        for (chunk, acc) in row.chunks_exact_mut(LANES).zip([a0, a1, a2, a3]) {
+            chunk.copy_from_slice(&acc);
+        }
+    }
+
     /// [`LANES`] outputs for rows `oy..oy + 4` together: four separate
     /// accumulators (each loop vectorizes like the one-row case).
     #[inline(always)]
@@ -357,6 +407,7 @@ impl Runs<'_> {
 fn conv<T: GemmType + bytemuck::Pod + num_traits::Zero>(
     io: &KernelIo,
     c: &Conv,
+    activation: Option<UnaryKind>,
 ) -> Result<(), EpError> {
     let (vx, vw) = (io.in_view(0)?, io.in_view(1)?);
     let (xs, ws) = (vx.shape.clone(), vw.shape.clone());
@@ -377,7 +428,7 @@ fn conv<T: GemmType + bytemuck::Pod + num_traits::Zero>(
         && xs.len() == 4
         && std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>()
     {
-        return depthwise2d(io, &xs, mg, &geo);
+        return depthwise2d(io, &xs, mg, &geo, activation);
     }
     let ks: usize = kernel.iter().product();
     let is: usize = xs[2..].iter().product();
@@ -431,11 +482,20 @@ fn conv<T: GemmType + bytemuck::Pod + num_traits::Zero>(
                 };
             }
         }
-        if let Some(bias) = bias {
-            out[b * m * os..(b + 1) * m * os]
-                .par_chunks_mut(os.max(1))
-                .zip(bias.par_iter())
-                .for_each(|(row, &bv)| row.iter_mut().for_each(|v| *v = *v + bv));
+        if bias.is_some() || activation.is_some() {
+            // Bias and activation together, one output channel at a time.
+            out[b * m * os..(b + 1) * m * os].par_chunks_mut(os.max(1)).enumerate().for_each(
+                |(ch, row)| {
+                    if let Some(bias) = bias {
+                        let bv = bias[ch];
+                        row.iter_mut().for_each(|v| *v = *v + bv);
+                    }
+                    if let Some(kind) = activation {
+                        // FusedConv kernels are built for f32 only.
+                        activate(kind, bytemuck::cast_slice_mut(row));
+                    }
+                },
+            );
         }
     }
     Ok(())
@@ -444,9 +504,9 @@ fn conv<T: GemmType + bytemuck::Pod + num_traits::Zero>(
 impl CpuKernel for ConvKernel {
     fn run(&self, io: &mut KernelIo) -> Result<(), EpError> {
         match self.dtype {
-            DType::F32 => conv::<f32>(io, &self.op),
-            DType::F64 => conv::<f64>(io, &self.op),
-            DType::F16 => conv::<half::f16>(io, &self.op),
+            DType::F32 => conv::<f32>(io, &self.op, self.activation),
+            DType::F64 => conv::<f64>(io, &self.op, None),
+            DType::F16 => conv::<half::f16>(io, &self.op, None),
             d => Err(unsupported_dtype("Conv", d)),
         }
     }
@@ -458,12 +518,25 @@ fn build_conv(spec: &KernelSpec<'_>) -> Result<Box<dyn CpuKernel>, EpError> {
     if !matches!(dtype, DType::F32 | DType::F64 | DType::F16) {
         return Err(unsupported_dtype("Conv", dtype));
     }
-    Ok(Box::new(ConvKernel { op: c, dtype }))
+    Ok(Box::new(ConvKernel { op: c, dtype, activation: None }))
 }
 
-/// Registers Conv.
+fn build_fused_conv(spec: &KernelSpec<'_>) -> Result<Box<dyn CpuKernel>, EpError> {
+    let f = op::<FusedConv>(spec)?;
+    let dtype = in_dtype(spec, 0)?;
+    if dtype != DType::F32 || !activate(f.activation, &mut []) {
+        return Err(EpError::Unsupported(format!(
+            "FusedConv with {:?} on {dtype} (f32 with the fused activations only)",
+            f.activation
+        )));
+    }
+    Ok(Box::new(ConvKernel { op: f.conv.clone(), dtype, activation: Some(f.activation) }))
+}
+
+/// Registers Conv and `com.microsoft` FusedConv.
 pub fn register_all(r: &mut KernelRegistry) {
     r.register("Conv", build_conv);
+    r.register_in(onyx_core::graph::MICROSOFT_DOMAIN, "FusedConv", build_fused_conv);
 }
 
 #[cfg(test)]

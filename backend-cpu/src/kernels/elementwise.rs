@@ -29,6 +29,26 @@ impl<T: Copy, F: Fn(T) -> T> Wide for MapInPlace<'_, T, F> {
     }
 }
 
+/// Applies a fused activation (see `FusedConv`) to `data` in place, with the
+/// formulas of the standalone kernels; `false` for activations not fused.
+pub(crate) fn activate(kind: UnaryKind, data: &mut [f32]) -> bool {
+    fn run(data: &mut [f32], f: impl Fn(f32) -> f32) {
+        vectorized_wide(MapInPlace { data, f: &f });
+    }
+    match kind {
+        UnaryKind::Relu => run(data, move |x| if x < 0.0 { 0.0 } else { x }),
+        UnaryKind::Tanh => run(data, move |x| x.tanh()),
+        UnaryKind::Sigmoid => run(data, sigmoid::<f32>),
+        UnaryKind::LeakyRelu { alpha } => run(data, move |x| if x < 0.0 { alpha * x } else { x }),
+        UnaryKind::HardSigmoid { alpha, beta } => {
+            run(data, move |x| (alpha * x + beta).max(0.0).min(1.0))
+        }
+        UnaryKind::HardSwish => run(data, move |x| x * (x * (1.0 / 6.0) + 0.5).max(0.0).min(1.0)),
+        _ => return false,
+    }
+    true
+}
+
 /// `f` from one slice into another, as [`MapInPlace`].
 struct MapInto<'a, T, U, F> {
     out: &'a mut [U],

@@ -5,6 +5,7 @@ use super::{Fact, InferInputs, Op, OpRegistry, check_inputs};
 use crate::dtype::DType;
 use crate::error::OpError;
 use crate::graph::Node;
+use crate::ops::elementwise::UnaryKind;
 use crate::shape::{Dim, Shape};
 
 /// How padding is chosen.
@@ -249,6 +250,55 @@ impl Op for Conv {
     }
 }
 
+/// `com.microsoft` `FusedConv`: a Conv whose output goes through an
+/// activation in the same kernel (what ONNX Runtime's ConvActivationFusion
+/// writes, and what Onyx's fusion makes of a Conv followed by one). The
+/// activations are onnxruntime's (`Relu`, `Tanh`, `Sigmoid`, `LeakyRelu` and
+/// `HardSigmoid`, with `activation_params`) plus `HardSwish`. `Clip` and the
+/// residual input `Z` are not supported.
+#[derive(Debug, Clone)]
+pub struct FusedConv {
+    /// The convolution.
+    pub conv: Conv,
+    /// The activation applied to its output.
+    pub activation: UnaryKind,
+}
+
+impl FusedConv {
+    /// The activation for an `activation` name and its `activation_params`.
+    ///
+    /// # Errors
+    /// [`OpError::Unsupported`] for any other name.
+    pub fn activation(name: &str, params: &[f32]) -> Result<UnaryKind, OpError> {
+        let p = |i: usize, default: f32| params.get(i).copied().unwrap_or(default);
+        Ok(match name {
+            "Relu" => UnaryKind::Relu,
+            "Tanh" => UnaryKind::Tanh,
+            "Sigmoid" => UnaryKind::Sigmoid,
+            "LeakyRelu" => UnaryKind::LeakyRelu { alpha: p(0, 0.01) },
+            "HardSigmoid" => UnaryKind::HardSigmoid { alpha: p(0, 0.2), beta: p(1, 0.5) },
+            "HardSwish" => UnaryKind::HardSwish,
+            other => {
+                return Err(OpError::Unsupported(format!("FusedConv activation '{other}'")));
+            }
+        })
+    }
+}
+
+impl Op for FusedConv {
+    fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<Fact>, OpError> {
+        let x = inputs.get(0)?;
+        if !matches!(x.dtype, DType::F32 | DType::F16 | DType::F64) {
+            return Err(OpError::InputDType {
+                index: 0,
+                dtype: x.dtype,
+                expected: "a float".into(),
+            });
+        }
+        self.conv.infer(inputs)
+    }
+}
+
 /// The pooling reductions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PoolKind {
@@ -327,6 +377,23 @@ pub fn register_all(r: &mut OpRegistry) {
             });
         }
         Ok(Box::new(Conv { window: Window::parse(n)?, group: group as usize }))
+    });
+    r.register_in(crate::graph::MICROSOFT_DOMAIN, "FusedConv", |n| {
+        if n.inputs.len() > 3 {
+            return Err(OpError::Unsupported("FusedConv with a residual input Z".into()));
+        }
+        check_inputs(n, 2, 3)?;
+        let group = n.attrs.int_or("group", 1)?;
+        if group < 1 {
+            return Err(OpError::BadAttribute {
+                name: "group".into(),
+                reason: format!("{group} < 1"),
+            });
+        }
+        let conv = Conv { window: Window::parse(n)?, group: group as usize };
+        let name = n.attrs.req_string("activation")?;
+        let params = n.attrs.floats_or("activation_params", vec![])?;
+        Ok(Box::new(FusedConv { conv, activation: FusedConv::activation(&name, &params)? }))
     });
     for (op, max) in [("MaxPool", true), ("AveragePool", false)] {
         r.register(op, move |n| {

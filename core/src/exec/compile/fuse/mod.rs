@@ -5,6 +5,8 @@
 //!
 //! - [`conv_bn`]: a BatchNormalization after a Conv folds into the Conv's
 //!   weights and bias.
+//! - [`conv_act`]: a Conv and the activation after it become one
+//!   `com.microsoft` `FusedConv`.
 //! - [`gelu`]: the erf form of Gelu becomes one `Gelu` (opset 20).
 //! - [`attention`]: `softmax(Q·Kᵀ·scale + mask)·V` over 4-D heads becomes one
 //!   `Attention` (opset 23), so the scores need not reach memory.
@@ -14,7 +16,7 @@
 //! A chain is fused only where its intermediates have no other reader and
 //! the first provider has a kernel for the fused op that it prefers to the
 //! chain ([`ExecutionProvider::prefers_fused`]: every provider takes the
-//! folded Conv and Gelu; CUDA also takes Attention and SkipLayerNormalization,
+//! folded Conv and Gelu, and FusedConv where it has the op (the CPU); CUDA also takes Attention and SkipLayerNormalization,
 //! which the CPU and wgpu leave as chains, their kernels for those two being
 //! references, slower than the chains' tuned kernels). Fusion never changes what a model
 //! computes beyond rounding: where it cannot prove a chain's shape or dtype
@@ -22,6 +24,7 @@
 //! infers the fused graph and compiles the graph unfused if they fail.
 
 mod attention;
+mod conv_act;
 mod conv_bn;
 mod gelu;
 mod skip_norm;
@@ -38,8 +41,9 @@ use crate::tensor::Tensor;
 pub fn all(graph: &Graph, primary: &dyn ExecutionProvider) -> Option<Graph> {
     let mut out: Option<Graph> = None;
     type Pass = fn(&Graph) -> Option<Graph>;
-    let passes: [(&str, &str, Pass); 4] = [
+    let passes: [(&str, &str, Pass); 5] = [
         (DEFAULT_DOMAIN, "Conv", conv_bn::fuse),
+        (crate::graph::MICROSOFT_DOMAIN, "FusedConv", conv_act::fuse),
         (DEFAULT_DOMAIN, "Gelu", gelu::fuse),
         (DEFAULT_DOMAIN, "Attention", attention::fuse),
         (crate::graph::MICROSOFT_DOMAIN, "SkipLayerNormalization", skip_norm::fuse),

@@ -57,7 +57,8 @@ def all_cases():
             + activations.cases() + norm.cases() + attention.rotary_cases()
             + attention.attention_cases() + attention.mha_cases() + attention.gqa_cases()
             + quant.matmul_nbits_cases() + quant.gather_block_quantized_cases()
-            + quant.lstm_cases() + default_domain.reduce_cases() + default_domain.range_cases())
+            + quant.lstm_cases() + default_domain.reduce_cases() + default_domain.range_cases()
+            + default_domain.fused_conv_cases())
 
 
 def generator_fingerprint():

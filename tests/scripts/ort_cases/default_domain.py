@@ -29,6 +29,28 @@ def conv_cases():
 
 
 
+def fused_conv_cases():
+    """com.microsoft FusedConv, the op Onyx's Conv + activation fusion makes:
+    pointwise, full and depthwise convolutions with each activation
+    onnxruntime's CPU kernel fuses (HardSwish, an Onyx extension, is checked
+    on real models instead)."""
+    def fused(name, x, w, group, activation, params=None, bias=True, **attrs):
+        ins = [("x", F32, x), ("w", F32, w)] + ([("b", F32, [w[0]])] if bias else [])
+        extra = {"activation_params": params} if params else {}
+        return case(name, "FusedConv", ins, [("y", F32)],
+                    dict(group=group, activation=activation, **extra, **attrs))
+    return [
+        fused("fused_conv_relu_pointwise", [2, 8, 5, 5], [16, 8, 1, 1], 1, "Relu"),
+        fused("fused_conv_leaky_relu_3x3_pad1", [1, 3, 9, 9], [8, 3, 3, 3], 1, "LeakyRelu",
+              params=[0.1], pads=[1, 1, 1, 1]),
+        fused("fused_conv_hard_sigmoid_depthwise_stride2", [1, 4, 9, 8], [4, 1, 3, 3], 4,
+              "HardSigmoid", params=[0.25, 0.4], strides=[2, 2], pads=[1, 1, 1, 1]),
+        fused("fused_conv_sigmoid_without_bias", [1, 6, 7, 7], [6, 1, 5, 5], 6, "Sigmoid",
+              bias=False, pads=[2, 2, 2, 2]),
+        fused("fused_conv_tanh_grouped", [1, 4, 6, 6], [4, 2, 3, 3], 2, "Tanh"),
+    ]
+
+
 REDUCE_OPS = ["Sum", "Max", "Min", "Prod", "Mean", "L1", "L2", "LogSum", "LogSumExp", "SumSquare"]
 
 

@@ -13,6 +13,7 @@ mod broadcast;
 mod cast;
 mod causal;
 mod conv;
+mod depthwise;
 mod dispatch;
 mod domains;
 mod einsum;

@@ -201,9 +201,9 @@ fn split_phases(p: &Plane, py: usize, srow: &[f32], buf: &mut [f32]) {
             }
         }
     }
-    for ix in first + groups * sw..srow.len() {
+    for (ix, &v) in srow.iter().enumerate().skip(first + groups * sw) {
         if let Some(i) = at(ix) {
-            buf[i] = srow[ix];
+            buf[i] = v;
         }
     }
 }

@@ -31,6 +31,8 @@ impl<T: Copy, F: Fn(T) -> T> Wide for MapInPlace<'_, T, F> {
 
 /// Applies a fused activation (see `FusedConv`) to `data` in place, with the
 /// formulas of the standalone kernels; `false` for activations not fused.
+// `max(0).min(1)`, not `clamp`: a NaN input gives 0 as in the standalone kernels.
+#[allow(clippy::manual_clamp)]
 pub(crate) fn activate(kind: UnaryKind, data: &mut [f32]) -> bool {
     fn run(data: &mut [f32], f: impl Fn(f32) -> f32) {
         vectorized_wide(MapInPlace { data, f: &f });

@@ -195,8 +195,11 @@ fn conv<T: GemmType + bytemuck::Pod + num_traits::Zero>(
         }
         if bias.is_some() || activation.is_some() {
             // Bias and activation together, one output channel at a time.
-            out[b * m * os..(b + 1) * m * os].par_chunks_mut(os.max(1)).enumerate().for_each(
-                |(ch, row)| {
+            out[b * m * os..(b + 1) * m * os]
+                .par_chunks_mut(os.max(1))
+                .enumerate()
+                .with_min_len(super::min_rows(os))
+                .for_each(|(ch, row)| {
                     if let Some(bias) = bias {
                         let bv = bias[ch];
                         row.iter_mut().for_each(|v| *v = *v + bv);
@@ -205,8 +208,7 @@ fn conv<T: GemmType + bytemuck::Pod + num_traits::Zero>(
                         // FusedConv kernels are built for f32 only.
                         activate(kind, bytemuck::cast_slice_mut(row));
                     }
-                },
-            );
+                });
         }
     }
     Ok(())

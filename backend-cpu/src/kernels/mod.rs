@@ -43,6 +43,16 @@ use std::collections::HashMap;
 use onyx_core::dtype::DType;
 use onyx_core::ep::{EpError, KernelSpec};
 
+/// Elements a parallel task covers at least: below that, handing work to
+/// another thread costs more than it saves (small models ran slower at two
+/// threads than at one).
+pub(crate) const PAR_TASK: usize = 16 * 1024;
+
+/// The least number of `len`-element rows a parallel task takes.
+pub(crate) fn min_rows(len: usize) -> usize {
+    PAR_TASK.div_ceil(len.max(1))
+}
+
 /// A prepared CPU kernel.
 pub trait CpuKernel: Send + Sync {
     /// Runs on the given tensors. Output buffers are allocated with

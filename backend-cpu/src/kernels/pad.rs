@@ -37,7 +37,7 @@ fn pad<T: bytemuck::Pod + Send + Sync>(io: &KernelIo, p: &Pad) -> Result<(), EpE
     let (mode, last) = (p.mode, dims.len() - 1);
     let ins = strides(&dims);
     let outer = &out_dims[..last];
-    out.par_chunks_mut(row).enumerate().for_each(|(r, dst)| {
+    out.par_chunks_mut(row).enumerate().with_min_len(super::min_rows(row)).for_each(|(r, dst)| {
         let mut base = Some(0usize);
         for (d, c) in unravel(r, outer).into_iter().enumerate() {
             base =

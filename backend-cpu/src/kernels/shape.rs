@@ -178,18 +178,22 @@ fn slice<T: bytemuck::Pod + Send + Sync>(io: &KernelIo, s: &Slice) -> Result<(),
     }
     let last = resolved.len() - 1;
     let outer_dims = &out_dims[..last];
-    out.par_chunks_mut(inner).enumerate().for_each(|(row, dst)| {
-        let pos = unravel(row, outer_dims);
-        let base: i64 = pos
-            .iter()
-            .enumerate()
-            .map(|(d, &i)| (resolved[d].start + i as i64 * resolved[d].step) * in_strides[d] as i64)
-            .sum();
-        let (start, step) = (resolved[last].start, resolved[last].step);
-        for (j, d) in dst.iter_mut().enumerate() {
-            *d = x[(base + start + j as i64 * step) as usize];
-        }
-    });
+    out.par_chunks_mut(inner).enumerate().with_min_len(super::min_rows(inner)).for_each(
+        |(row, dst)| {
+            let pos = unravel(row, outer_dims);
+            let base: i64 = pos
+                .iter()
+                .enumerate()
+                .map(|(d, &i)| {
+                    (resolved[d].start + i as i64 * resolved[d].step) * in_strides[d] as i64
+                })
+                .sum();
+            let (start, step) = (resolved[last].start, resolved[last].step);
+            for (j, d) in dst.iter_mut().enumerate() {
+                *d = x[(base + start + j as i64 * step) as usize];
+            }
+        },
+    );
     Ok(())
 }
 movement_kernel!(SliceKernel, slice, op: Slice);
@@ -217,12 +221,14 @@ fn gather<T: bytemuck::Pod + Send + Sync>(io: &KernelIo, g: &Gather) -> Result<(
     if block == 0 {
         return Ok(());
     }
-    out.par_chunks_mut(block).enumerate().for_each(|(o, dst)| {
-        for (k, &j) in norm.iter().enumerate() {
-            let src = (o * dim + j) * inner;
-            dst[k * inner..(k + 1) * inner].copy_from_slice(&x[src..src + inner]);
-        }
-    });
+    out.par_chunks_mut(block).enumerate().with_min_len(super::min_rows(block)).for_each(
+        |(o, dst)| {
+            for (k, &j) in norm.iter().enumerate() {
+                let src = (o * dim + j) * inner;
+                dst[k * inner..(k + 1) * inner].copy_from_slice(&x[src..src + inner]);
+            }
+        },
+    );
     let _ = outer;
     Ok(())
 }
@@ -254,14 +260,16 @@ fn tile<T: bytemuck::Pod + Send + Sync>(io: &KernelIo) -> Result<(), EpError> {
         return Ok(());
     }
     let last = out_dims.len() - 1;
-    out.par_chunks_mut(inner).enumerate().for_each(|(row, dst)| {
-        let pos = unravel(row, &out_dims[..last]);
-        let base: usize =
-            pos.iter().enumerate().map(|(d, &i)| (i % shape[d]) * in_strides[d]).sum();
-        for (j, d) in dst.iter_mut().enumerate() {
-            *d = x[base + j % shape[last]];
-        }
-    });
+    out.par_chunks_mut(inner).enumerate().with_min_len(super::min_rows(inner)).for_each(
+        |(row, dst)| {
+            let pos = unravel(row, &out_dims[..last]);
+            let base: usize =
+                pos.iter().enumerate().map(|(d, &i)| (i % shape[d]) * in_strides[d]).sum();
+            for (j, d) in dst.iter_mut().enumerate() {
+                *d = x[base + j % shape[last]];
+            }
+        },
+    );
     Ok(())
 }
 movement_kernel!(TileKernel, tile);

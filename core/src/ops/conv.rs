@@ -209,6 +209,22 @@ pub struct Conv {
 }
 
 impl Conv {
+    /// A Conv node's (or FusedConv's) inputs, window and groups.
+    ///
+    /// # Errors
+    /// [`OpError`] for a wrong input count or attributes out of range.
+    fn parse(n: &Node) -> Result<Conv, OpError> {
+        check_inputs(n, 2, 3)?;
+        let group = n.attrs.int_or("group", 1)?;
+        if group < 1 {
+            return Err(OpError::BadAttribute {
+                name: "group".into(),
+                reason: format!("{group} < 1"),
+            });
+        }
+        Ok(Conv { window: Window::parse(n)?, group: group as usize })
+    }
+
     /// The kernel's spatial size: from the attribute, or from W's shape.
     ///
     /// # Errors
@@ -367,30 +383,12 @@ impl Op for GlobalPool {
 
 /// Registers Conv and the pools.
 pub fn register_all(r: &mut OpRegistry) {
-    r.register("Conv", |n| {
-        check_inputs(n, 2, 3)?;
-        let group = n.attrs.int_or("group", 1)?;
-        if group < 1 {
-            return Err(OpError::BadAttribute {
-                name: "group".into(),
-                reason: format!("{group} < 1"),
-            });
-        }
-        Ok(Box::new(Conv { window: Window::parse(n)?, group: group as usize }))
-    });
+    r.register("Conv", |n| Ok(Box::new(Conv::parse(n)?)));
     r.register_in(crate::graph::MICROSOFT_DOMAIN, "FusedConv", |n| {
         if n.inputs.len() > 3 {
             return Err(OpError::Unsupported("FusedConv with a residual input Z".into()));
         }
-        check_inputs(n, 2, 3)?;
-        let group = n.attrs.int_or("group", 1)?;
-        if group < 1 {
-            return Err(OpError::BadAttribute {
-                name: "group".into(),
-                reason: format!("{group} < 1"),
-            });
-        }
-        let conv = Conv { window: Window::parse(n)?, group: group as usize };
+        let conv = Conv::parse(n)?;
         let name = n.attrs.req_string("activation")?;
         let params = n.attrs.floats_or("activation_params", vec![])?;
         Ok(Box::new(FusedConv { conv, activation: FusedConv::activation(&name, &params)? }))

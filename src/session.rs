@@ -67,9 +67,10 @@ impl SessionBuilder {
         self
     }
 
-    /// Fuse op chains (erf Gelu, eager attention, bias + residual +
-    /// LayerNormalization) into the ops that compute them in one kernel
-    /// (default on); off runs the graph as written.
+    /// Fuse op chains (Conv + BatchNormalization, Conv + activation, erf
+    /// Gelu, eager attention, bias + residual + LayerNormalization) into the
+    /// ops that compute them in one kernel (default on); off runs the graph
+    /// as written.
     pub fn with_fusion(mut self, fuse: bool) -> Self {
         self.fuse = fuse;
         self

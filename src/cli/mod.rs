@@ -49,7 +49,8 @@ pub struct SessionArgs {
     /// Let f32 matrix products on CUDA use TF32 tensor cores.
     #[arg(long)]
     allow_tf32: bool,
-    /// Run the graph as written: no fused attention, Gelu or skip normalization.
+    /// Run the graph as written: no folded BatchNormalization, fused Conv activation,
+    /// attention, Gelu or skip normalization.
     #[arg(long)]
     no_fusion: bool,
 }

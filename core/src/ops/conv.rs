@@ -381,7 +381,7 @@ impl Op for GlobalPool {
     }
 }
 
-/// Registers Conv and the pools.
+/// Registers Conv, com.microsoft FusedConv and the pools.
 pub fn register_all(r: &mut OpRegistry) {
     r.register("Conv", |n| Ok(Box::new(Conv::parse(n)?)));
     r.register_in(crate::graph::MICROSOFT_DOMAIN, "FusedConv", |n| {

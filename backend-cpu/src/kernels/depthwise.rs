@@ -237,76 +237,60 @@ impl Runs<'_> {
         dst[oy * p.ow + ox..][..n].copy_from_slice(&acc[..n]);
     }
 
-    /// `4 × LANES` outputs of row `oy` from `ox` (all inside the row), as four
-    /// separate accumulators: one array of `4 × LANES` would live on the
-    /// stack, each tap a load and a store of it.
+    /// `4 × LANES` outputs of row `oy` from `ox` (all inside the row).
     #[inline(always)]
     fn across(&self, oy: usize, ox: usize, dst: &mut [f32]) {
-        let p = self.p;
-        let start = self.start;
-        let (mut a0, mut a1, mut a2, mut a3) =
-            ([start; LANES], [start; LANES], [start; LANES], [start; LANES]);
-        for ky in 0..p.kh {
-            let py = oy * p.sh + ky * p.dh;
-            for (kx, &(q, shift)) in p.taps.iter().enumerate() {
-                let kv = self.k[ky * p.kw + kx];
-                let s = &self.buf[(q * p.rows + py) * p.len + ox + shift..][..4 * LANES];
-                let (s0, rest) = s.split_at(LANES);
-                let (s1, rest) = rest.split_at(LANES);
-                let (s2, s3) = rest.split_at(LANES);
-                for (a, &v) in a0.iter_mut().zip(s0) {
-                    *a += v * kv;
-                }
-                for (a, &v) in a1.iter_mut().zip(s1) {
-                    *a += v * kv;
-                }
-                for (a, &v) in a2.iter_mut().zip(s2) {
-                    *a += v * kv;
-                }
-                for (a, &v) in a3.iter_mut().zip(s3) {
-                    *a += v * kv;
-                }
-            }
-        }
-        let row = &mut dst[oy * p.ow + ox..][..4 * LANES];
-        for (chunk, acc) in row.chunks_exact_mut(LANES).zip([a0, a1, a2, a3]) {
-            chunk.copy_from_slice(&acc);
+        let accs = self.quad(oy, ox, LANES);
+        let row = &mut dst[oy * self.p.ow + ox..][..4 * LANES];
+        for (chunk, acc) in row.chunks_exact_mut(LANES).zip(&accs) {
+            chunk.copy_from_slice(acc);
         }
     }
 
-    /// [`LANES`] outputs for rows `oy..oy + 4` together: four separate
-    /// accumulators (each loop vectorizes like the one-row case).
+    /// [`LANES`] outputs (those that exist) for rows `oy..oy + 4` together.
     #[inline(always)]
     fn four(&self, oy: usize, ox: usize, dst: &mut [f32]) {
+        let p = self.p;
+        let accs = self.quad(oy, ox, p.sh * p.len);
+        let n = (p.ow - ox).min(LANES);
+        for (r, acc) in accs.iter().enumerate() {
+            dst[(oy + r) * p.ow + ox..][..n].copy_from_slice(&acc[..n]);
+        }
+    }
+
+    /// Four runs of [`LANES`] outputs, the first at row `oy` and column `ox`
+    /// and the others `step` floats apart in the padded buffer (the next
+    /// [`LANES`] columns, or the next output rows), summed over all taps in
+    /// four separate accumulators: independent sums hide the add latency, and
+    /// one array of `4 × LANES` would live on the stack, each tap a load and a
+    /// store of it.
+    #[inline(always)]
+    fn quad(&self, oy: usize, ox: usize, step: usize) -> [[f32; LANES]; 4] {
         let p = self.p;
         let start = self.start;
         let (mut a0, mut a1, mut a2, mut a3) =
             ([start; LANES], [start; LANES], [start; LANES], [start; LANES]);
-        let stride = p.sh * p.len;
         for ky in 0..p.kh {
             let py = oy * p.sh + ky * p.dh;
             for (kx, &(q, shift)) in p.taps.iter().enumerate() {
                 let kv = self.k[ky * p.kw + kx];
                 let at = (q * p.rows + py) * p.len + ox + shift;
-                let row = |r: usize| &self.buf[at + r * stride..][..LANES];
-                for (a, &v) in a0.iter_mut().zip(row(0)) {
+                let run = |r: usize| &self.buf[at + r * step..][..LANES];
+                for (a, &v) in a0.iter_mut().zip(run(0)) {
                     *a += v * kv;
                 }
-                for (a, &v) in a1.iter_mut().zip(row(1)) {
+                for (a, &v) in a1.iter_mut().zip(run(1)) {
                     *a += v * kv;
                 }
-                for (a, &v) in a2.iter_mut().zip(row(2)) {
+                for (a, &v) in a2.iter_mut().zip(run(2)) {
                     *a += v * kv;
                 }
-                for (a, &v) in a3.iter_mut().zip(row(3)) {
+                for (a, &v) in a3.iter_mut().zip(run(3)) {
                     *a += v * kv;
                 }
             }
         }
-        let n = (p.ow - ox).min(LANES);
-        for (r, acc) in [a0, a1, a2, a3].iter().enumerate() {
-            dst[(oy + r) * p.ow + ox..][..n].copy_from_slice(&acc[..n]);
-        }
+        [a0, a1, a2, a3]
     }
 }
 

@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -82,7 +83,9 @@ impl SessionBuilder {
         self
     }
 
-    /// Worker threads for CPU kernels (default: all cores).
+    /// Worker threads for CPU kernels (default: all cores). With 1, every run
+    /// stays on the thread that calls it, as onnxruntime's one-thread sessions
+    /// do; with more, runs go to a pool of this many threads.
     pub fn with_threads(mut self, threads: usize) -> Self {
         self.threads = Some(threads);
         self
@@ -168,14 +171,18 @@ impl SessionBuilder {
         if !self.strict && providers[0].device() != DeviceId::CPU {
             providers.push(Arc::new(CpuProvider::new(cpu)));
         }
-        let pool = match self.threads {
-            Some(n) => Some(Arc::new(
-                rayon::ThreadPoolBuilder::new()
-                    .num_threads(n)
-                    .build()
-                    .map_err(|source| Error::Threads { threads: n, source })?,
-            )),
-            None => None,
+        let workers = match self.threads {
+            Some(1) => Workers::Caller,
+            Some(n) => Workers::Pool {
+                pool: Arc::new(
+                    rayon::ThreadPoolBuilder::new()
+                        .num_threads(n)
+                        .build()
+                        .map_err(|source| Error::Threads { threads: n, source })?,
+                ),
+                last_us: AtomicU64::new(0),
+            },
+            None => Workers::Global,
         };
         let graph = Arc::new(model.graph.clone());
         let total = graph.initializer_bytes();
@@ -208,7 +215,7 @@ impl SessionBuilder {
             device: device_name,
             requested: requested.to_string(),
             fallback: resolved.fallback,
-            pool,
+            workers,
         };
         let counts = session.kernels_per_device();
         if counts.len() > 1 && counts[1].1 > 0 {
@@ -237,7 +244,52 @@ pub struct Session {
     device: String,
     requested: String,
     fallback: Option<String>,
-    pool: Option<Arc<rayon::ThreadPool>>,
+    workers: Workers,
+}
+
+/// Where a session's CPU kernels run.
+enum Workers {
+    /// No thread count given: rayon's global pool (all cores), entered from the caller.
+    Global,
+    /// One thread: the caller's own. Kernels loop serially ([`onyx_cpu::serial`]),
+    /// so a run hands nothing to another thread and never waits for one to wake.
+    Caller,
+    /// The session's own pool. A run goes to it unless the previous run was
+    /// short (see [`SERIAL_BELOW`]); then it stays on the caller, serially.
+    Pool {
+        /// The threads.
+        pool: Arc<rayon::ThreadPool>,
+        /// Wall time of the last run, in microseconds (0 before the first).
+        last_us: AtomicU64,
+    },
+}
+
+/// Runs that took less than this stay on the caller's thread. Handing a run to
+/// a pool and back costs two thread wake-ups, tens of microseconds each (more
+/// on a virtual machine), and a second thread saves at most half of a run; a
+/// sub-millisecond model such as a voice-activity detector ran 1.8× slower in
+/// a two-thread pool than serially on the caller. The rule looks at the last
+/// run, so a session whose inputs grow goes back to the pool.
+const SERIAL_BELOW: Duration = Duration::from_millis(1);
+
+impl Workers {
+    fn run<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
+        match self {
+            Workers::Global => f(),
+            Workers::Caller => onyx_cpu::serial(f),
+            Workers::Pool { pool, last_us } => {
+                let start = Instant::now();
+                let last = last_us.load(Ordering::Relaxed);
+                let r = if last > 0 && last < SERIAL_BELOW.as_micros() as u64 {
+                    onyx_cpu::serial(f)
+                } else {
+                    pool.install(f)
+                };
+                last_us.store(start.elapsed().as_micros().max(1) as u64, Ordering::Relaxed);
+                r
+            }
+        }
+    }
 }
 
 /// Outputs read back, the planner's figures and the release count of one run.
@@ -431,10 +483,7 @@ impl Session {
         S: Into<String>,
     {
         let inputs: Vec<(String, Value)> = inputs.into_iter().map(|(n, v)| (n.into(), v)).collect();
-        match &self.pool {
-            Some(pool) => pool.install(|| self.run_inner(inputs, false)),
-            None => self.run_inner(inputs, false),
-        }
+        self.workers.run(|| self.run_inner(inputs, false))
     }
 
     /// Runs like [`run`](Self::run), synchronizing every device after each
@@ -449,10 +498,7 @@ impl Session {
         S: Into<String>,
     {
         let inputs: Vec<(String, Value)> = inputs.into_iter().map(|(n, v)| (n.into(), v)).collect();
-        match &self.pool {
-            Some(pool) => pool.install(|| self.run_inner(inputs, true)),
-            None => self.run_inner(inputs, true),
-        }
+        self.workers.run(|| self.run_inner(inputs, true))
     }
 
     fn run_inner(&self, inputs: Vec<(String, Value)>, profile: bool) -> Result<RunOutputs> {

@@ -16,7 +16,9 @@
 #![warn(missing_docs)]
 
 mod kernels;
+mod par;
 mod provider;
 mod storage;
 
+pub use par::serial;
 pub use provider::{CpuOptions, CpuProvider};

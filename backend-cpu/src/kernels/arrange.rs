@@ -7,6 +7,8 @@ use onyx_core::ops::scatter::{Cumulative, DepthSpace, EyeLike, OneHot, ReverseSe
 use onyx_core::shape::{normalize_axis, strides};
 use rayon::prelude::*;
 
+use crate::par::Loop;
+
 use super::conv::unravel;
 use super::dispatch::{AsF64, by_width, numeric};
 use super::nn::output_from_input;
@@ -32,7 +34,7 @@ pub(super) fn permute<T: Copy + Send + Sync>(
     }
     let inner_step = step[step.len() - 1];
     let outer_dims = &out_dims[..out_dims.len() - 1];
-    out.par_chunks_mut(inner).enumerate().for_each(|(row, dst)| {
+    out.par_chunks_mut(inner).enumerate().each(|(row, dst)| {
         let pos = unravel(row, outer_dims);
         let base: usize = pos.iter().zip(&step).map(|(i, s)| i * s).sum();
         for (j, d) in dst.iter_mut().enumerate() {
@@ -58,7 +60,7 @@ fn trilu<T: bytemuck::Pod + Send + Sync>(io: &KernelIo, upper: bool) -> Result<(
     if n * m == 0 {
         return Ok(());
     }
-    out.par_chunks_mut(n * m).for_each(|mat| {
+    out.par_chunks_mut(n * m).each(|mat| {
         for (i, row) in mat.chunks_mut(m).enumerate() {
             for (j, v) in row.iter_mut().enumerate() {
                 let d = j as i64 - i as i64;
@@ -86,7 +88,7 @@ fn one_hot<T: bytemuck::Pod + Send + Sync>(io: &KernelIo, oh: &OneHot) -> Result
     if inner == 0 {
         return Ok(());
     }
-    out.par_chunks_mut(depth * inner).zip(indices.par_chunks(inner)).for_each(|(block, idx)| {
+    out.par_chunks_mut(depth * inner).zip(indices.par_chunks(inner)).each(|(block, idx)| {
         for (i, &v) in idx.iter().enumerate() {
             let v = if v < 0.0 { v + depth as f64 } else { v };
             if v >= 0.0 && v < depth as f64 && v.fract() == 0.0 {
@@ -127,7 +129,7 @@ fn cumulative<T: Arith>(io: &KernelIo, c: &Cumulative) -> Result<(), EpError> {
     }
     let (init, f): (T, fn(T, T) -> T) =
         if c.product { (T::ONE, T::mul) } else { (T::ZERO, T::add) };
-    out.par_chunks_mut(len * inner).for_each(|block| {
+    out.par_chunks_mut(len * inner).each(|block| {
         for i in 0..inner {
             let mut acc = init;
             for s in 0..len {

@@ -13,6 +13,8 @@ use onyx_core::ep::{EpError, KernelSpec};
 use onyx_core::ops::attention::{Attention, AttentionGeometry, QkOutput};
 use rayon::prelude::*;
 
+use crate::par::Loop;
+
 use super::dispatch::{AsF64, floats};
 use super::matmul::{Mat, gemm_into};
 use super::nn::is_float;
@@ -465,7 +467,7 @@ impl CpuKernel for AttentionKernel {
         let ctx = self.context(io)?;
         let g = ctx.g;
         let heads: Vec<(Vec<f32>, Vec<f32>)> =
-            (0..g.batch * g.q_heads).into_par_iter().map(|bh| ctx.head(bh)).collect();
+            (0..g.batch * g.q_heads).into_par_iter().map_collect(|bh| ctx.head(bh));
         let (sq, dv) = (g.q_len, g.v_head_size);
         let mut y = vec![0f32; g.batch * g.q_heads * sq * dv];
         for (bh, (out, _)) in heads.iter().enumerate() {

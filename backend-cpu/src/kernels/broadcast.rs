@@ -6,6 +6,8 @@ use std::ops::Range;
 
 use rayon::prelude::*;
 
+use crate::par::Loop;
+
 /// Elements processed per segment: small enough that an in-place operand's
 /// segment can be copied to the stack, large enough to vectorize well.
 pub const SEGMENT: usize = 2048;
@@ -138,10 +140,10 @@ impl Broadcast {
         if self.numel < PARALLEL_MIN {
             task((0, out));
         } else if row_len <= TASK {
-            out.par_chunks_mut(row_len * rows_per_task).enumerate().for_each(task);
+            out.par_chunks_mut(row_len * rows_per_task).enumerate().each(task);
         } else {
-            out.par_chunks_mut(row_len).enumerate().for_each(|(row, r)| {
-                r.par_chunks_mut(TASK).enumerate().for_each_init(
+            out.par_chunks_mut(row_len).enumerate().each(|(row, r)| {
+                r.par_chunks_mut(TASK).enumerate().each_init(
                     || Vec::with_capacity(n_inputs),
                     |runs, (t, part)| {
                         for (s, seg) in part.chunks_mut(SEGMENT).enumerate() {

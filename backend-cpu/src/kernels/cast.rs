@@ -15,6 +15,8 @@ use onyx_core::ops::generate::{Cast, CastLike};
 use onyx_core::tensor::{packed_bits, unpack_int};
 use rayon::prelude::*;
 
+use crate::par::Loop;
+
 use super::dispatch::{AsF64, numeric};
 use super::elementwise::map_to;
 use super::{CpuKernel, KernelIo, KernelRegistry, in_dtype, op, out_dtype, unsupported_dtype};
@@ -294,7 +296,7 @@ pub(crate) fn write_all(
     if chunk_bytes == 0 {
         return Err(unsupported_dtype("conversion", dtype));
     }
-    out.par_chunks_mut(chunk_bytes).enumerate().for_each(|(c, dst)| {
+    out.par_chunks_mut(chunk_bytes).enumerate().each(|(c, dst)| {
         let start = c * CHUNK;
         for j in 0..CHUNK.min(n.saturating_sub(start)) {
             write(dtype, dst, j, f(start + j), r);

@@ -7,6 +7,8 @@ use onyx_core::ep::{EpError, KernelSpec};
 use onyx_core::ops::causal::CausalConvWithState;
 use rayon::prelude::*;
 
+use crate::par::Loop;
+
 use super::dispatch::{AsF64, floats};
 use super::{CpuKernel, KernelIo, KernelRegistry, in_dtype, op, unsupported_dtype};
 
@@ -45,25 +47,22 @@ fn causal_conv<T: AsF64 + bytemuck::Pod + Send + Sync>(
         vec![0.0; b * c * s]
     };
     // Each (batch, channel) row: its padded line, then outputs and new state.
-    let rows: Vec<(Vec<T>, Vec<T>)> = (0..b * c)
-        .into_par_iter()
-        .map(|row| {
-            let ch = row % c;
-            let mut line = Vec::with_capacity(s + l);
-            line.extend_from_slice(&past[row * s..(row + 1) * s]);
-            line.extend_from_slice(&x[row * l..(row + 1) * l]);
-            let taps = &w[ch * k..(ch + 1) * k];
-            let out = (0..l)
-                .map(|t| {
-                    let y = bias[ch]
-                        + taps.iter().zip(&line[t..t + k]).map(|(a, b)| a * b).sum::<f64>();
-                    T::from_f64(if silu { y / (1.0 + (-y).exp()) } else { y })
-                })
-                .collect();
-            let state = line[line.len() - s..].iter().map(|&v| T::from_f64(v)).collect();
-            (out, state)
-        })
-        .collect();
+    let rows: Vec<(Vec<T>, Vec<T>)> = (0..b * c).into_par_iter().map_collect(|row| {
+        let ch = row % c;
+        let mut line = Vec::with_capacity(s + l);
+        line.extend_from_slice(&past[row * s..(row + 1) * s]);
+        line.extend_from_slice(&x[row * l..(row + 1) * l]);
+        let taps = &w[ch * k..(ch + 1) * k];
+        let out = (0..l)
+            .map(|t| {
+                let y =
+                    bias[ch] + taps.iter().zip(&line[t..t + k]).map(|(a, b)| a * b).sum::<f64>();
+                T::from_f64(if silu { y / (1.0 + (-y).exp()) } else { y })
+            })
+            .collect();
+        let state = line[line.len() - s..].iter().map(|&v| T::from_f64(v)).collect();
+        (out, state)
+    });
     let out = io.output::<T>(0)?;
     for (row, (o, _)) in rows.iter().enumerate() {
         out[row * l..(row + 1) * l].copy_from_slice(o);

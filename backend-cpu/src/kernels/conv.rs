@@ -1,6 +1,8 @@
 //! Conv as im2col + GEMM over any number of spatial dims, with groups,
 //! dilations and padding; 1×1 stride-1 convolutions skip im2col entirely.
 
+use std::any::TypeId;
+
 use onyx_core::dtype::DType;
 use onyx_core::ep::{EpError, KernelSpec};
 use onyx_core::ops::conv::{Conv, FusedConv, Geometry};
@@ -8,8 +10,11 @@ use onyx_core::ops::elementwise::UnaryKind;
 use onyx_core::shape::Dim;
 use rayon::prelude::*;
 
+use crate::par::Loop;
+
 use super::elementwise::activate;
 use super::matmul::{GemmType, Mat, gemm_into};
+use super::narrow::{NARROW_COLS, narrow_product};
 use super::{CpuKernel, KernelIo, KernelRegistry, in_dtype, op, unsupported_dtype};
 
 /// For each spatial dim `d` and kernel offset `k`: the input index read by
@@ -64,7 +69,7 @@ fn im2col<T: Copy + Send + Sync + num_traits::Zero>(
     let inner = geo.output[rank - 1];
     let outer = os / inner.max(1);
     let min_rows = IM2COL_TASK.div_ceil(os);
-    col.par_chunks_mut(os).enumerate().with_min_len(min_rows).for_each_init(
+    col.par_chunks_mut(os).enumerate().with_min_len(min_rows).each_init(
         || (vec![0usize; rank], vec![0usize; rank]),
         |(k, pos), (row, dst)| {
             let c = row / ks;
@@ -134,11 +139,7 @@ fn conv<T: GemmType + bytemuck::Pod + num_traits::Zero>(
         )));
     }
     let (cg, mg) = (cin / g, m / g);
-    if cg == 1
-        && g > 1
-        && xs.len() == 4
-        && std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>()
-    {
+    if cg == 1 && g > 1 && xs.len() == 4 && TypeId::of::<T>() == TypeId::of::<f32>() {
         return super::depthwise::depthwise2d(io, &xs, mg, &geo, activation);
     }
     let ks: usize = kernel.iter().product();
@@ -177,6 +178,15 @@ fn conv<T: GemmType + bytemuck::Pod + num_traits::Zero>(
                 };
             } else {
                 im2col(&x[x_off..x_off + cg * is], &xs[2..], &geo, &mut col);
+                if os <= NARROW_COLS && TypeId::of::<T>() == TypeId::of::<f32>() {
+                    let (w, col, out): (&[f32], &[f32], &mut [f32]) = (
+                        bytemuck::cast_slice(&w[gi * mg * cg * ks..(gi + 1) * mg * cg * ks]),
+                        bytemuck::cast_slice(&col),
+                        bytemuck::cast_slice_mut(&mut out[out_off..out_off + mg * os]),
+                    );
+                    narrow_product((mg, os, cg * ks), w, col, out);
+                    continue;
+                }
                 // SAFETY: col is (cg·ks) × os; weights for the group are mg × (cg·ks).
                 unsafe {
                     gemm_into(
@@ -199,7 +209,7 @@ fn conv<T: GemmType + bytemuck::Pod + num_traits::Zero>(
                 .par_chunks_mut(os.max(1))
                 .enumerate()
                 .with_min_len(super::min_rows(os))
-                .for_each(|(ch, row)| {
+                .each(|(ch, row)| {
                     if let Some(bias) = bias {
                         let bv = bias[ch];
                         row.iter_mut().for_each(|v| *v = *v + bv);

@@ -13,6 +13,8 @@ use onyx_core::ops::conv::Geometry;
 use onyx_core::ops::elementwise::UnaryKind;
 use rayon::prelude::*;
 
+use crate::par::Loop;
+
 use super::KernelIo;
 use super::elementwise::activate;
 use super::fastmath::{Wide, vectorized_wide};
@@ -68,19 +70,16 @@ pub(super) fn depthwise2d(
         blocked(x, wt, bias, out, (c, h, w), geo, k, activation);
         return Ok(());
     }
-    out.par_chunks_mut((oh * ow).max(1)).enumerate().for_each_init(
-        Vec::new,
-        |buf, (plane, dst)| {
-            let (b, om) = (plane / m, plane % m);
-            let src = &x[(b * c + om / mg) * h * w..][..h * w];
-            let k = &wt[om * kh * kw..][..kh * kw];
-            let start = bias.map_or(0.0, |bs| bs[om]);
-            vectorized_wide(PlaneTask { p: &p, src, k, start, buf, dst: &mut *dst });
-            if let Some(kind) = activation {
-                activate(kind, dst);
-            }
-        },
-    );
+    out.par_chunks_mut((oh * ow).max(1)).enumerate().each_init(Vec::new, |buf, (plane, dst)| {
+        let (b, om) = (plane / m, plane % m);
+        let src = &x[(b * c + om / mg) * h * w..][..h * w];
+        let k = &wt[om * kh * kw..][..kh * kw];
+        let start = bias.map_or(0.0, |bs| bs[om]);
+        vectorized_wide(PlaneTask { p: &p, src, k, start, buf, dst: &mut *dst });
+        if let Some(kind) = activation {
+            activate(kind, dst);
+        }
+    });
     Ok(())
 }
 

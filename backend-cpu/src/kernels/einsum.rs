@@ -10,6 +10,8 @@ use onyx_core::ops::einsum::{Det, Einsum, EinsumPlan};
 use onyx_core::shape::strides;
 use rayon::prelude::*;
 
+use crate::par::Loop;
+
 use super::arrange::permute;
 use super::conv::unravel;
 use super::dispatch::{AsF64, floats, ints};
@@ -75,7 +77,7 @@ impl Num for i64 {
         b: &[Self],
         out: &mut [Self],
     ) {
-        out.par_chunks_mut(n).enumerate().for_each(|(row, dst)| {
+        out.par_chunks_mut(n).enumerate().each(|(row, dst)| {
             let (bi, i) = (row / m, row % m);
             let a_row = &a[(bi * m + i) * k..][..k];
             let b_mat = &b[bi * k * n..][..k * n];
@@ -127,13 +129,10 @@ impl<W: Num> Operand<W> {
             .map(|l| self.labels.iter().zip(&st).filter(|p| p.0 == l).map(|p| *p.1).sum())
             .collect();
         let n: usize = dims.iter().product();
-        let data = (0..n)
-            .into_par_iter()
-            .map(|i| {
-                let at: usize = unravel(i, &dims).iter().zip(&step).map(|(c, s)| c * s).sum();
-                self.data[at]
-            })
-            .collect();
+        let data = (0..n).into_par_iter().map_collect(|i| {
+            let at: usize = unravel(i, &dims).iter().zip(&step).map(|(c, s)| c * s).sum();
+            self.data[at]
+        });
         Operand { data, labels, dims }
     }
 
@@ -164,7 +163,7 @@ impl<W: Num> Operand<W> {
         let data = if span == 0 {
             vec![W::ZERO; n]
         } else {
-            x.data.par_chunks(span).map(|c| c.iter().fold(W::ZERO, |a, &v| a.add(v))).collect()
+            x.data.par_chunks(span).map_collect(|c| c.iter().fold(W::ZERO, |a, &v| a.add(v)))
         };
         Operand { data, labels: kept, dims }
     }
@@ -338,7 +337,7 @@ fn det<T: AsF64 + bytemuck::Pod + Send + Sync>(io: &KernelIo) -> Result<(), EpEr
         out.fill(T::from_f64(1.0));
         return Ok(());
     }
-    out.par_iter_mut().zip(x.par_chunks(n * n)).for_each(|(o, mat)| {
+    out.par_iter_mut().zip(x.par_chunks(n * n)).each(|(o, mat)| {
         *o = T::from_f64(determinant(mat.iter().map(|v| v.to_f64()).collect(), n));
     });
     Ok(())

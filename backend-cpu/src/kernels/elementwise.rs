@@ -5,6 +5,8 @@ use onyx_core::ep::{EpError, KernelSpec};
 use onyx_core::ops::elementwise::{Clip, UNARY_OPS, Unary, UnaryKind};
 use rayon::prelude::*;
 
+use crate::par::Loop;
+
 use super::dispatch::{AsF64, FloatExt, floats, ints};
 use super::fastmath::{self, Wide, vectorized_wide};
 use super::{CpuKernel, KernelIo, KernelRegistry, in_dtype, op, unsupported_dtype};
@@ -77,7 +79,7 @@ where
     if io.aliased(0, 0) {
         let run = |data: &mut [T]| vectorized_wide(MapInPlace { data, f: &f });
         if out.len() >= PAR_MIN {
-            out.par_chunks_mut(4096).for_each(run);
+            out.par_chunks_mut(4096).each(run);
         } else {
             run(out);
         }
@@ -96,7 +98,7 @@ where
     let out = io.output::<U>(0)?;
     let run = |out: &mut [U], input: &[T]| vectorized_wide(MapInto { out, input, f: &f });
     if out.len() >= PAR_MIN {
-        out.par_chunks_mut(4096).zip(x.par_chunks(4096)).for_each(|(o, i)| run(o, i));
+        out.par_chunks_mut(4096).zip(x.par_chunks(4096)).each(|(o, i)| run(o, i));
     } else {
         run(out, x);
     }

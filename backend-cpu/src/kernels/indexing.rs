@@ -6,6 +6,8 @@ use onyx_core::ops::indexing::{GatherElements, GatherNd};
 use onyx_core::shape::{normalize_axis, strides};
 use rayon::prelude::*;
 
+use crate::par::Loop;
+
 use super::conv::unravel;
 use super::dispatch::by_width;
 use super::{CpuKernel, KernelIo, KernelRegistry, in_dtype, op, unsupported_dtype};
@@ -39,7 +41,7 @@ fn gather_elements<T: bytemuck::Pod + Send + Sync>(
             )));
         }
     }
-    out.par_iter_mut().zip(indices.par_iter()).enumerate().try_for_each(|(i, (o, &k))| {
+    out.par_iter_mut().zip(indices.par_iter()).enumerate().try_each(|(i, (o, &k))| {
         let c = unravel(i, &dims);
         let k = resolve(k, data[axis], "GatherElements")?;
         let src: usize =
@@ -63,7 +65,7 @@ fn gather_nd<T: bytemuck::Pod + Send + Sync>(io: &KernelIo, g: &GatherNd) -> Res
     if inner == 0 || out.is_empty() {
         return Ok(());
     }
-    out.par_chunks_mut(inner).enumerate().try_for_each(|(j, dst)| {
+    out.par_chunks_mut(inner).enumerate().try_each(|(j, dst)| {
         let mut src = (j / per_batch.max(1)) * batch_stride;
         for t in 0..rk {
             src += resolve(indices[j * rk + t], data[b + t], "GatherND")? * ds[b + t];

@@ -40,7 +40,12 @@ impl GemmType for f64 {}
 impl GemmType for half::f16 {}
 
 fn parallelism(m: usize, n: usize, k: usize) -> Parallelism {
-    if m * n * k >= 48 * 48 * 48 { Parallelism::Rayon(0) } else { Parallelism::None }
+    // A serial run (crate::par) keeps products on the calling thread.
+    if m * n * k >= 48 * 48 * 48 && !crate::par::is_serial() {
+        Parallelism::Rayon(0)
+    } else {
+        Parallelism::None
+    }
 }
 
 /// `dst = dst_scale * dst + scale * a @ b` for one `m × n × k` product.

@@ -22,6 +22,7 @@ mod fastmath;
 mod indexing;
 mod matmul;
 mod microsoft;
+mod narrow;
 mod nn;
 mod norm;
 mod pad;

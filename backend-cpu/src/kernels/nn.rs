@@ -6,6 +6,8 @@ use onyx_core::ep::{EpError, KernelSpec};
 use onyx_core::ops::nn::{BatchNorm, Softmax, SoftmaxKind};
 use rayon::prelude::*;
 
+use crate::par::Loop;
+
 use super::dispatch::{AsF64, floats};
 use super::fastmath::{self, vectorized};
 use super::{CpuKernel, KernelIo, KernelRegistry, in_dtype, op, unsupported_dtype};
@@ -42,7 +44,7 @@ fn softmax<T: AsF64 + bytemuck::Pod + Send + Sync>(
         return Ok(());
     }
     let kind = s.kind;
-    data.par_chunks_mut(len * inner).for_each(|block| {
+    data.par_chunks_mut(len * inner).each(|block| {
         let mut row = vec![0f64; len];
         for j in 0..inner {
             for (i, r) in row.iter_mut().enumerate() {
@@ -107,7 +109,7 @@ fn softmax_f32_rows(io: &KernelIo, s: &Softmax) -> Result<bool, EpError> {
     let data = output_from_input::<f32>(io)?;
     let log = s.kind == SoftmaxKind::LogSoftmax;
     let task = len * (SOFTMAX_TASK / len).max(1);
-    data.par_chunks_mut(task).for_each(|rows| {
+    data.par_chunks_mut(task).each(|rows| {
         vectorized(|| rows.chunks_mut(len).for_each(|row| softmax_row(row, log)));
     });
     Ok(true)
@@ -170,13 +172,13 @@ fn batch_norm<T: AsF64 + bytemuck::Pod + Send + Sync + 'static, P: AsF64 + bytem
         // f32: the folded affine map in f32, vectorized.
         let (a, b): (Vec<f32>, Vec<f32>) =
             a.iter().zip(&b).map(|(&a, &b)| (a as f32, b as f32)).unzip();
-        data.par_chunks_mut(inner).enumerate().for_each(|(plane, row)| {
+        data.par_chunks_mut(inner).enumerate().each(|(plane, row)| {
             let (a, b) = (a[plane % channels], b[plane % channels]);
             vectorized(|| row.iter_mut().for_each(|v| *v = *v * a + b));
         });
         return Ok(());
     }
-    data.par_chunks_mut(inner).enumerate().for_each(|(plane, row)| {
+    data.par_chunks_mut(inner).enumerate().each(|(plane, row)| {
         let c = plane % channels;
         row.iter_mut().for_each(|v| *v = T::from_f64(v.to_f64() * a[c] + b[c]));
     });

@@ -11,6 +11,8 @@ use onyx_core::graph::MICROSOFT_DOMAIN;
 use onyx_core::ops::norm::{LayerNorm, SkipNorm};
 use rayon::prelude::*;
 
+use crate::par::Loop;
+
 use super::dispatch::{AsF64, floats};
 use super::fastmath::{self, vectorized};
 use super::nn::{is_float, output_from_input};
@@ -68,7 +70,7 @@ fn layer_norm<T: AsF64 + bytemuck::Pod + Send + Sync>(
     let rows = data.len().checked_div(len).unwrap_or(0);
     let mut stats = vec![(0f64, 0f64); rows];
     if len > 0 {
-        data.par_chunks_mut(len).zip(stats.par_iter_mut()).for_each(|(row, st)| {
+        data.par_chunks_mut(len).zip(stats.par_iter_mut()).each(|(row, st)| {
             let v: Vec<f64> = row.iter().map(|x| x.to_f64()).collect();
             let (mean, inv) = row_stats(&v, ln.rms, eps);
             for (i, o) in row.iter_mut().enumerate() {
@@ -139,7 +141,7 @@ fn layer_norm_f32(io: &KernelIo, ln: &LayerNorm) -> Result<bool, EpError> {
     let data = output_from_input::<f32>(io)?;
     let mut stats = vec![(0f64, 0f64); data.len() / len];
     let per = (NORM_TASK / len).max(1);
-    data.par_chunks_mut(len * per).zip(stats.par_chunks_mut(per)).for_each(|(rows, st)| {
+    data.par_chunks_mut(len * per).zip(stats.par_chunks_mut(per)).each(|(rows, st)| {
         vectorized(|| {
             for (row, st) in rows.chunks_mut(len).zip(st) {
                 *st = norm_row_f32(row, scale, bias, ln.rms, eps);
@@ -177,25 +179,22 @@ fn skip_norm<T: AsF64 + bytemuck::Pod + Send + Sync>(
     let rows: Vec<(f64, f64, Vec<f64>)> = if len == 0 || skip.is_empty() {
         Vec::new()
     } else {
-        data.par_chunks_mut(len)
-            .enumerate()
-            .map(|(r, row)| {
-                let s: Vec<f64> = row
-                    .iter()
-                    .enumerate()
-                    .map(|(i, x)| {
-                        let k = (r * len + i) % skip.len();
-                        x.to_f64() + skip[k] + bias.as_ref().map_or(0.0, |b| b[i])
-                    })
-                    .collect();
-                let (mean, inv) = row_stats(&s, sn.simplified, eps);
-                for (i, o) in row.iter_mut().enumerate() {
-                    let b = beta.as_ref().map_or(0.0, |b| b[i]);
-                    *o = T::from_f64((s[i] - mean) * inv * gamma[i] + b);
-                }
-                (mean, inv, if keep_sum { s } else { Vec::new() })
-            })
-            .collect()
+        data.par_chunks_mut(len).enumerate().map_collect(|(r, row)| {
+            let s: Vec<f64> = row
+                .iter()
+                .enumerate()
+                .map(|(i, x)| {
+                    let k = (r * len + i) % skip.len();
+                    x.to_f64() + skip[k] + bias.as_ref().map_or(0.0, |b| b[i])
+                })
+                .collect();
+            let (mean, inv) = row_stats(&s, sn.simplified, eps);
+            for (i, o) in row.iter_mut().enumerate() {
+                let b = beta.as_ref().map_or(0.0, |b| b[i]);
+                *o = T::from_f64((s[i] - mean) * inv * gamma[i] + b);
+            }
+            (mean, inv, if keep_sum { s } else { Vec::new() })
+        })
     };
     let means: Vec<f64> = rows.iter().map(|r| r.0).collect();
     let invs: Vec<f64> = rows.iter().map(|r| r.1).collect();

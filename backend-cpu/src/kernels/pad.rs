@@ -6,6 +6,8 @@ use onyx_core::ops::pad::{Pad, PadLaunch};
 use onyx_core::shape::strides;
 use rayon::prelude::*;
 
+use crate::par::Loop;
+
 use super::conv::unravel;
 use super::dispatch::by_width;
 use super::{CpuKernel, KernelIo, KernelRegistry, in_dtype, op};
@@ -37,7 +39,7 @@ fn pad<T: bytemuck::Pod + Send + Sync>(io: &KernelIo, p: &Pad) -> Result<(), EpE
     let (mode, last) = (p.mode, dims.len() - 1);
     let ins = strides(&dims);
     let outer = &out_dims[..last];
-    out.par_chunks_mut(row).enumerate().with_min_len(super::min_rows(row)).for_each(|(r, dst)| {
+    out.par_chunks_mut(row).enumerate().with_min_len(super::min_rows(row)).each(|(r, dst)| {
         let mut base = Some(0usize);
         for (d, c) in unravel(r, outer).into_iter().enumerate() {
             base =

@@ -5,6 +5,8 @@ use onyx_core::ep::{EpError, KernelSpec};
 use onyx_core::ops::conv::{GlobalPool, Pool, PoolKind};
 use rayon::prelude::*;
 
+use crate::par::Loop;
+
 use super::conv::unravel;
 use super::dispatch::{AsF64, floats};
 use super::{CpuKernel, KernelIo, KernelRegistry, in_dtype, op, unsupported_dtype};
@@ -115,7 +117,7 @@ fn pool2d<T: AsF64 + bytemuck::Pod + PartialOrd + Send + Sync>(
     let out = io.output::<T>(0)?;
     if io.has_output(1) {
         let idx = io.output::<i64>(1)?;
-        out.par_chunks_mut(os.max(1)).zip(idx.par_chunks_mut(os.max(1))).enumerate().for_each(
+        out.par_chunks_mut(os.max(1)).zip(idx.par_chunks_mut(os.max(1))).enumerate().each(
             |(plane, (row, irow))| {
                 for o in 0..os {
                     (row[o], irow[o]) = window(plane, o / ow, o % ow);
@@ -123,7 +125,7 @@ fn pool2d<T: AsF64 + bytemuck::Pod + PartialOrd + Send + Sync>(
             },
         );
     } else {
-        out.par_chunks_mut(os.max(1)).enumerate().for_each(|(plane, row)| {
+        out.par_chunks_mut(os.max(1)).enumerate().each(|(plane, row)| {
             for (o, slot) in row.iter_mut().enumerate() {
                 *slot = window(plane, o / ow, o % ow).0;
             }
@@ -201,7 +203,7 @@ fn pool<T: AsF64 + bytemuck::Pod + PartialOrd + Send + Sync>(
         }
         window_result::<T>(&p.kind, best, sum, count, plane * is)
     };
-    out.par_chunks_mut(os.max(1)).enumerate().for_each(|(plane, row)| {
+    out.par_chunks_mut(os.max(1)).enumerate().each(|(plane, row)| {
         for (o, slot) in row.iter_mut().enumerate() {
             *slot = compute(plane, o).0;
         }
@@ -248,7 +250,7 @@ fn global<T: AsF64 + bytemuck::Pod + Send + Sync>(io: &KernelIo, max: bool) -> R
     let is: usize = xs[2..].iter().product();
     let x = io.input::<T>(0)?;
     let out = io.output::<T>(0)?;
-    out.par_iter_mut().enumerate().for_each(|(plane, o)| {
+    out.par_iter_mut().enumerate().each(|(plane, o)| {
         let src = &x[plane * is..(plane + 1) * is];
         let v = if max {
             src.iter()

@@ -7,6 +7,8 @@ use onyx_core::ops::resize::{AxisTaps, CoordinateMode, Resize, ResizeMode, Resiz
 use onyx_core::shape::strides;
 use rayon::prelude::*;
 
+use crate::par::Loop;
+
 use super::conv::unravel;
 use super::dispatch::{FloatExt, by_width, floats};
 use super::{CpuKernel, KernelIo, KernelRegistry, in_dtype, op, unsupported_dtype};
@@ -61,7 +63,7 @@ fn for_each_row<T: bytemuck::Pod + Send + Sync>(
     if len == 0 || out.is_empty() {
         return Ok(());
     }
-    out.par_chunks_mut(len).enumerate().for_each(|(i, dst)| row(&plan, &ins, x, i, dst));
+    out.par_chunks_mut(len).enumerate().each(|(i, dst)| row(&plan, &ins, x, i, dst));
     Ok(())
 }
 

@@ -10,6 +10,8 @@ use onyx_core::ops::scatter::{Reduction, ScatterElements, ScatterNd, TensorScatt
 use onyx_core::shape::{normalize_axis, strides};
 use rayon::prelude::*;
 
+use crate::par::Loop;
+
 use super::dispatch::{by_width, numeric};
 use super::nn::output_from_input;
 use super::{CpuKernel, KernelIo, KernelRegistry, in_dtype, op, unsupported_dtype};
@@ -178,7 +180,7 @@ fn tensor_scatter<T: bytemuck::Pod + Send + Sync>(
     if inner == 0 || max == 0 || seq == 0 {
         return Ok(());
     }
-    out.par_chunks_mut(max * inner).enumerate().try_for_each(|(p, dst)| {
+    out.par_chunks_mut(max * inner).enumerate().try_each(|(p, dst)| {
         let start = writes[p / per_batch.max(1)];
         for s in 0..seq {
             let pos = start + s as i64;

@@ -10,6 +10,8 @@ use onyx_core::shape::normalize_axis;
 use onyx_core::tensor::Tensor;
 use rayon::prelude::*;
 
+use crate::par::Loop;
+
 use super::conv::unravel;
 use super::dispatch::{by_width, numeric};
 use super::{CpuKernel, KernelIo, KernelRegistry, in_dtype, op, unsupported_dtype};
@@ -46,7 +48,7 @@ fn top_k<T: bytemuck::Pod + PartialOrd + Send + Sync>(
         let by_value = if largest { nan_last(&b.0, &a.0) } else { nan_last(&a.0, &b.0) };
         by_value.then(a.1.cmp(&b.1))
     };
-    values.par_chunks_mut(k * inner).zip(indices.par_chunks_mut(k * inner)).enumerate().for_each(
+    values.par_chunks_mut(k * inner).zip(indices.par_chunks_mut(k * inner)).enumerate().each(
         |(o, (vals, idx))| {
             let block = &x[o * len * inner..][..len * inner];
             let mut line: Vec<(T, usize)> = Vec::with_capacity(len);

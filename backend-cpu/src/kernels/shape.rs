@@ -9,6 +9,8 @@ use onyx_core::ops::shape::ShapeOf;
 use onyx_core::shape::{normalize_axis, strides};
 use rayon::prelude::*;
 
+use crate::par::Loop;
+
 use super::broadcast::{Broadcast, Run};
 use super::conv::unravel;
 use super::dispatch::{AsF64, by_width, numeric};
@@ -81,7 +83,7 @@ fn transpose<T: bytemuck::Pod + Send + Sync>(io: &KernelIo, t: &Transpose) -> Re
     }
     let outer = &dims[..dims.len() - 1];
     let rows_per_task = (TRANSPOSE_TASK / inner).max(1);
-    out.par_chunks_mut(inner * rows_per_task).enumerate().for_each(|(task, chunk)| {
+    out.par_chunks_mut(inner * rows_per_task).enumerate().each(|(task, chunk)| {
         // An odometer over the outer dims, with the input offset kept in step.
         let mut index =
             unravel(task * rows_per_task, &outer.iter().map(|d| d.0).collect::<Vec<_>>());
@@ -178,19 +180,22 @@ fn slice<T: bytemuck::Pod + Send + Sync>(io: &KernelIo, s: &Slice) -> Result<(),
     }
     let last = resolved.len() - 1;
     let outer_dims = &out_dims[..last];
-    out.par_chunks_mut(inner).enumerate().with_min_len(super::min_rows(inner)).for_each(
+    out.par_chunks_mut(inner).enumerate().with_min_len(super::min_rows(inner)).each(
         |(row, dst)| {
-            let pos = unravel(row, outer_dims);
-            let base: i64 = pos
-                .iter()
-                .enumerate()
-                .map(|(d, &i)| {
-                    (resolved[d].start + i as i64 * resolved[d].step) * in_strides[d] as i64
-                })
-                .sum();
-            let (start, step) = (resolved[last].start, resolved[last].step);
-            for (j, d) in dst.iter_mut().enumerate() {
-                *d = x[(base + start + j as i64 * step) as usize];
+            // The row's offset in x, digit by digit (no allocation per row).
+            let (mut rest, mut base) = (row, 0i64);
+            for d in (0..last).rev() {
+                let i = (rest % outer_dims[d]) as i64;
+                rest /= outer_dims[d];
+                base += (resolved[d].start + i * resolved[d].step) * in_strides[d] as i64;
+            }
+            let (start, step) = (base + resolved[last].start, resolved[last].step);
+            if step == 1 {
+                dst.copy_from_slice(&x[start as usize..start as usize + dst.len()]);
+            } else {
+                for (j, d) in dst.iter_mut().enumerate() {
+                    *d = x[(start + j as i64 * step) as usize];
+                }
             }
         },
     );
@@ -221,14 +226,12 @@ fn gather<T: bytemuck::Pod + Send + Sync>(io: &KernelIo, g: &Gather) -> Result<(
     if block == 0 {
         return Ok(());
     }
-    out.par_chunks_mut(block).enumerate().with_min_len(super::min_rows(block)).for_each(
-        |(o, dst)| {
-            for (k, &j) in norm.iter().enumerate() {
-                let src = (o * dim + j) * inner;
-                dst[k * inner..(k + 1) * inner].copy_from_slice(&x[src..src + inner]);
-            }
-        },
-    );
+    out.par_chunks_mut(block).enumerate().with_min_len(super::min_rows(block)).each(|(o, dst)| {
+        for (k, &j) in norm.iter().enumerate() {
+            let src = (o * dim + j) * inner;
+            dst[k * inner..(k + 1) * inner].copy_from_slice(&x[src..src + inner]);
+        }
+    });
     let _ = outer;
     Ok(())
 }
@@ -260,13 +263,17 @@ fn tile<T: bytemuck::Pod + Send + Sync>(io: &KernelIo) -> Result<(), EpError> {
         return Ok(());
     }
     let last = out_dims.len() - 1;
-    out.par_chunks_mut(inner).enumerate().with_min_len(super::min_rows(inner)).for_each(
+    out.par_chunks_mut(inner).enumerate().with_min_len(super::min_rows(inner)).each(
         |(row, dst)| {
-            let pos = unravel(row, &out_dims[..last]);
-            let base: usize =
-                pos.iter().enumerate().map(|(d, &i)| (i % shape[d]) * in_strides[d]).sum();
-            for (j, d) in dst.iter_mut().enumerate() {
-                *d = x[base + j % shape[last]];
+            let (mut rest, mut base) = (row, 0);
+            for d in (0..last).rev() {
+                base += (rest % out_dims[d] % shape[d]) * in_strides[d];
+                rest /= out_dims[d];
+            }
+            // The input row repeats along the output row.
+            let src = &x[base..base + shape[last]];
+            for (d, s) in dst.iter_mut().zip(src.iter().cycle()) {
+                *d = *s;
             }
         },
     );

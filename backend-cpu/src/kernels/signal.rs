@@ -9,6 +9,8 @@ use onyx_core::ep::{EpError, KernelSpec};
 use onyx_core::ops::signal::{Dft, MelWeightMatrix, Stft, WindowFn};
 use rayon::prelude::*;
 
+use crate::par::Loop;
+
 use super::dispatch::{AsF64, floats, numeric};
 use super::{CpuKernel, KernelIo, KernelRegistry, in_dtype, op, out_dtype, unsupported_dtype};
 
@@ -113,7 +115,7 @@ fn dft<T: AsF64 + bytemuck::Pod + Send + Sync>(io: &KernelIo, d: &Dft) -> Result
         return Ok(());
     }
     let hermitian = d.inverse && d.onesided;
-    out.par_chunks_mut(block).enumerate().for_each(|(o, dst)| {
+    out.par_chunks_mut(block).enumerate().each(|(o, dst)| {
         // Bins past the transform's length are zeros.
         dst.fill(bytemuck::Zeroable::zeroed());
         let src = &x[o * n * inner * comps..];
@@ -175,7 +177,7 @@ fn stft<T: AsF64 + bytemuck::Pod + Send + Sync>(io: &KernelIo, s: &Stft) -> Resu
     if block == 0 {
         return Ok(());
     }
-    out.par_chunks_mut(block).enumerate().for_each(|(bf, dst)| {
+    out.par_chunks_mut(block).enumerate().each(|(bf, dst)| {
         let (b, f) = (bf / p.frames, bf % p.frames);
         let mut line: Vec<C> = (0..p.frame)
             .map(|t| {

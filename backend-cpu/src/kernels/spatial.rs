@@ -7,6 +7,8 @@ use onyx_core::ops::spatial::{CenterCropPad, Col2Im, ConvTranspose, LpPool, MaxU
 use onyx_core::shape::strides;
 use rayon::prelude::*;
 
+use crate::par::Loop;
+
 use super::conv::unravel;
 use super::dispatch::{AsF64, by_width, floats, numeric};
 use super::matmul::{GemmType, Mat, gemm_into};
@@ -49,7 +51,7 @@ fn lp_pool<T: AsF64 + bytemuck::Pod + Send + Sync>(
     if os == 0 || is == 0 {
         return Ok(());
     }
-    out.par_chunks_mut(os).zip(x.par_chunks(is)).for_each(|(dst, src)| {
+    out.par_chunks_mut(os).zip(x.par_chunks(is)).each(|(dst, src)| {
         for (o, pos) in dst.iter_mut().zip(&outs) {
             let mut acc = 0f64;
             for tap in &taps {
@@ -107,7 +109,7 @@ fn col2im<T: Arith>(io: &KernelIo, c: &Col2Im) -> Result<(), EpError> {
     if im == 0 || bl * l == 0 {
         return Ok(());
     }
-    out.par_chunks_mut(im).zip(x.par_chunks(bl * l)).for_each(|(dst, src)| {
+    out.par_chunks_mut(im).zip(x.par_chunks(bl * l)).each(|(dst, src)| {
         dst.fill(bytemuck::Zeroable::zeroed());
         for (b, tap) in taps.iter().enumerate() {
             for (j, cell) in cells.iter().enumerate() {
@@ -185,7 +187,7 @@ where
                 };
             }
             let block = &mut y[(b * m + gi * mg) * os..][..mg * os];
-            block.par_chunks_mut(os.max(1)).enumerate().for_each(|(mi, plane)| {
+            block.par_chunks_mut(os.max(1)).enumerate().each(|(mi, plane)| {
                 let rows = &cols[mi * ks * is..][..ks * is];
                 for (v, t) in rows.iter().zip(&target) {
                     if let Some(at) = *t {
@@ -202,7 +204,7 @@ where
                 bias.len()
             )));
         }
-        y.par_chunks_mut(os.max(1)).enumerate().for_each(|(i, plane)| {
+        y.par_chunks_mut(os.max(1)).enumerate().each(|(i, plane)| {
             plane.iter_mut().for_each(|v| *v = *v + bias[i % m]);
         });
     }
@@ -231,7 +233,7 @@ fn center_crop_pad<T: bytemuck::Pod + Send + Sync>(io: &KernelIo) -> Result<(), 
     if last == 0 {
         return Ok(());
     }
-    out.par_chunks_mut(last).enumerate().for_each(|(row, dst)| {
+    out.par_chunks_mut(last).enumerate().each(|(row, dst)| {
         // Padding is zeros; output buffers are not zeroed beforehand.
         dst.fill(bytemuck::Zeroable::zeroed());
         let pos = unravel(row, &od[..r]);

@@ -9,6 +9,8 @@ use onyx_core::ops::stats::{GroupNorm, Loss, LossReduction, LpNorm, Lrn, MeanVar
 use onyx_core::shape::normalize_axis;
 use rayon::prelude::*;
 
+use crate::par::Loop;
+
 use super::dispatch::{AsF64, floats};
 use super::nn::output_from_input;
 use super::{CpuKernel, KernelIo, KernelRegistry, in_dtype, op, unsupported_dtype};
@@ -30,7 +32,7 @@ fn lp_norm<T: AsF64 + bytemuck::Pod + Send + Sync>(
         return Ok(());
     }
     let p = l.p;
-    out.par_chunks_mut(len * inner).for_each(|block| {
+    out.par_chunks_mut(len * inner).each(|block| {
         for i in 0..inner {
             let line = (0..len).map(|j| block[j * inner + i].to_f64().abs());
             let norm =
@@ -89,7 +91,7 @@ fn mean_variance<T: AsF64 + bytemuck::Pod + Send + Sync>(
             (mean, (sq / n - mean * mean).max(0.0).sqrt() + 1e-9)
         })
         .collect();
-    out.par_iter_mut().zip(group_of.par_iter()).for_each(|(v, &g)| {
+    out.par_iter_mut().zip(group_of.par_iter()).each(|(v, &g)| {
         *v = T::from_f64((v.to_f64() - stats[g].0) / stats[g].1);
     });
     Ok(())
@@ -128,7 +130,7 @@ fn group_norm<T: AsF64 + bytemuck::Pod + Send + Sync>(
     if len == 0 {
         return Ok(());
     }
-    out.par_chunks_mut(len).enumerate().for_each(|(b, block)| {
+    out.par_chunks_mut(len).enumerate().each(|(b, block)| {
         let group = b % groups;
         let v: Vec<f64> = block.iter().map(|x| x.to_f64()).collect();
         let mean = v.iter().sum::<f64>() / len as f64;
@@ -157,7 +159,7 @@ fn lrn<T: AsF64 + bytemuck::Pod + Send + Sync>(io: &KernelIo, l: &Lrn) -> Result
     if channels * spatial == 0 {
         return Ok(());
     }
-    out.par_chunks_mut(channels * spatial).zip(x.par_chunks(channels * spatial)).for_each(
+    out.par_chunks_mut(channels * spatial).zip(x.par_chunks(channels * spatial)).each(
         |(dst, src)| {
             for c in 0..channels {
                 let (lo, hi) = (c.saturating_sub(before), (c + after).min(channels - 1));

@@ -9,6 +9,8 @@ use onyx_core::ops::vision::{
 };
 use rayon::prelude::*;
 
+use crate::par::Loop;
+
 use super::conv::unravel;
 use super::dispatch::{AsF64, floats, numeric};
 use super::matmul::{GemmType, Mat, gemm_into};
@@ -32,7 +34,7 @@ fn affine_grid<T: AsF64 + bytemuck::Pod + Send + Sync>(
     if points * s == 0 {
         return Ok(());
     }
-    out.par_chunks_mut(points * s).enumerate().for_each(|(n, dst)| {
+    out.par_chunks_mut(points * s).enumerate().each(|(n, dst)| {
         let th = &theta[n * s * (s + 1)..][..s * (s + 1)];
         for (p, o) in dst.chunks_mut(s).enumerate() {
             let pos = unravel(p, &spatial);
@@ -110,7 +112,7 @@ fn grid_sample<T: AsF64 + bytemuck::Pod + Send + Sync>(
         };
         (0..n).contains(&i).then_some(i as usize)
     };
-    out.par_chunks_mut(points).enumerate().for_each(|(nc, dst)| {
+    out.par_chunks_mut(points).enumerate().each(|(nc, dst)| {
         let b = nc / c.max(1);
         let src = &x[nc * plane..][..plane];
         for (p, o) in dst.iter_mut().enumerate() {
@@ -239,7 +241,7 @@ where
     let mut y = vec![W::zero(); n * m * p];
     let mut cols = vec![W::zero(); c * k * p];
     for b in 0..n {
-        cols.par_chunks_mut((k * p).max(1)).enumerate().for_each(|(ic, rows)| {
+        cols.par_chunks_mut((k * p).max(1)).enumerate().each(|(ic, rows)| {
             let group = ic / (c / og);
             let src = &x[(b * c + ic) * plane..][..plane];
             for (tap, row) in rows.chunks_mut(p.max(1)).enumerate() {
@@ -280,7 +282,7 @@ where
         }
     }
     if let Some(bias) = bias {
-        y.par_chunks_mut(p.max(1)).enumerate().for_each(|(i, row)| {
+        y.par_chunks_mut(p.max(1)).enumerate().each(|(i, row)| {
             let bv = W::from_f64(bias[i % m]);
             row.iter_mut().for_each(|v| *v = *v + bv);
         });
@@ -328,7 +330,7 @@ fn roi_align<T: AsF64 + bytemuck::Pod + Send + Sync>(
     if ph * pw * channels == 0 {
         return Ok(());
     }
-    out.par_chunks_mut(channels * ph * pw).enumerate().for_each(|(r, dst)| {
+    out.par_chunks_mut(channels * ph * pw).enumerate().each(|(r, dst)| {
         let scale = ra.spatial_scale as f64;
         let offset = if ra.half_pixel { 0.5 } else { 0.0 };
         let roi = &rois[r * 4..][..4];

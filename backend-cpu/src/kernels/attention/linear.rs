@@ -5,6 +5,8 @@ use onyx_core::ep::{EpError, KernelSpec};
 use onyx_core::ops::attention::{LinearAttention, LinearGeometry};
 use rayon::prelude::*;
 
+use crate::par::Loop;
+
 use super::super::dispatch::{AsF64, floats};
 use super::super::nn::is_float;
 use super::super::{CpuKernel, KernelIo, KernelRegistry, in_dtype, op, unsupported_dtype};
@@ -126,7 +128,7 @@ impl CpuKernel for LinearKernel {
             beta: self.op.delta.then(|| gate(io, 5, &g, &[hkv, 1])).transpose()?,
         };
         let results: Vec<(Vec<f32>, Vec<f32>)> =
-            (0..g.batch * hkv).into_par_iter().map(|bk| self.state(&x, &g, bk)).collect();
+            (0..g.batch * hkv).into_par_iter().map_collect(|bk| self.state(&x, &g, bk));
         let (group, dv) = (hq / hkv, g.dv);
         let mut y = vec![0f32; g.batch * g.len * hq * dv];
         for (bk, (_, out)) in results.iter().enumerate() {

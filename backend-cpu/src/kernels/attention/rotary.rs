@@ -6,6 +6,8 @@ use onyx_core::ep::{EpError, KernelSpec};
 use onyx_core::ops::attention::{RotaryEmbedding, Swish};
 use rayon::prelude::*;
 
+use crate::par::Loop;
+
 use super::super::dispatch::{AsF64, floats};
 use super::super::nn::{is_float, output_from_input};
 use super::super::{CpuKernel, KernelIo, KernelRegistry, in_dtype, op, unsupported_dtype};
@@ -120,7 +122,7 @@ fn rope<T: AsF64 + bytemuck::Pod + Send + Sync>(
     if l.size == 0 || half == 0 {
         return Ok(());
     }
-    data.par_chunks_mut(l.size).enumerate().for_each(|(v, x)| {
+    data.par_chunks_mut(l.size).enumerate().each(|(v, x)| {
         let (b, s) = l.batch_and_position(v);
         let row = rows[b * l.seq + s] * half;
         for i in 0..half {
@@ -165,7 +167,7 @@ fn swish<T: AsF64 + bytemuck::Pod + Send + Sync>(
         None
     };
     let data = output_from_input::<T>(io)?;
-    data.par_iter_mut().enumerate().for_each(|(i, x)| {
+    data.par_iter_mut().enumerate().each(|(i, x)| {
         let y = swish_of(x.to_f64() as f32, op.alpha, round);
         let y = gate.as_ref().map_or(y, |g| y * g[i]);
         *x = T::from_f64(f64::from(y));

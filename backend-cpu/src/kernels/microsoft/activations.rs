@@ -7,6 +7,8 @@ use onyx_core::graph::MICROSOFT_DOMAIN;
 use onyx_core::ops::microsoft::activations::{Activation, BiasActivation};
 use rayon::prelude::*;
 
+use crate::par::Loop;
+
 use super::super::dispatch::{AsF64, floats};
 use super::super::nn::output_from_input;
 use super::super::{CpuKernel, KernelIo, KernelRegistry, in_dtype, op, unsupported_dtype};
@@ -39,7 +41,7 @@ fn run<T: AsF64 + bytemuck::Pod + Send + Sync>(
     let (bias, skip) = (load_opt(io, 1)?, load_opt(io, 2)?);
     let width = shape.last().copied().unwrap_or(1).max(1);
     let data = output_from_input::<T>(io)?;
-    data.par_chunks_mut(width).enumerate().for_each(|(row, xs)| {
+    data.par_chunks_mut(width).enumerate().each(|(row, xs)| {
         for (j, x) in xs.iter_mut().enumerate() {
             let mut v = x.to_f64() as f32;
             if let Some(b) = &bias {

@@ -8,6 +8,8 @@ use onyx_core::ep::EpError;
 use onyx_core::ops::microsoft::attention::{MaskParams, MhaGeometry};
 use rayon::prelude::*;
 
+use crate::par::Loop;
+
 use super::super::KernelIo;
 use super::{kernel_err, load_f32, product};
 
@@ -175,7 +177,7 @@ pub(crate) fn attend(
         Ok(out)
     };
     let per_head: Vec<Vec<f32>> =
-        (0..g.batch * n).into_par_iter().map(one).collect::<Result<_, _>>()?;
+        (0..g.batch * n).into_par_iter().map_collect::<_, Result<_, _>, _>(one)?;
     let mut y = vec![0f32; g.batch * s * n * hv];
     for (bh, out) in per_head.iter().enumerate() {
         let (b, head) = (bh / n, bh % n);

@@ -10,6 +10,8 @@ use onyx_core::graph::MICROSOFT_DOMAIN;
 use onyx_core::ops::microsoft::gqa::{GqaGeometry, GroupQueryAttention};
 use rayon::prelude::*;
 
+use crate::par::Loop;
+
 use super::super::attention::{Round, store};
 use super::super::{CpuKernel, KernelIo, KernelRegistry, in_dtype, op, unsupported_dtype};
 use super::engine::softmax;
@@ -190,8 +192,7 @@ impl CpuKernel for GqaKernel {
         let g = &pr.g;
         let heads: Vec<Vec<f32>> = (0..g.batch * g.heads)
             .into_par_iter()
-            .map(|bn| self.head(&pr, bn))
-            .collect::<Result<_, _>>()?;
+            .map_collect::<_, Result<_, _>, _>(|bn| self.head(&pr, bn))?;
         let (s, n, h) = (g.q_len, g.heads, g.head_size);
         let mut y = vec![0f32; g.batch * s * n * h];
         for (bn, out) in heads.iter().enumerate() {

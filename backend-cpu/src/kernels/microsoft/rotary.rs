@@ -6,6 +6,8 @@ use onyx_core::graph::MICROSOFT_DOMAIN;
 use onyx_core::ops::microsoft::rotary::{ContribRotary, RopeGeometry};
 use rayon::prelude::*;
 
+use crate::par::Loop;
+
 use super::super::dispatch::{AsF64, floats};
 use super::super::nn::{is_float, output_from_input};
 use super::super::{CpuKernel, KernelIo, KernelRegistry, in_dtype, op, unsupported_dtype};
@@ -80,7 +82,7 @@ fn rope<T: AsF64 + bytemuck::Pod + Send + Sync>(
     if g.head_size == 0 || half == 0 {
         return Ok(());
     }
-    data.par_chunks_mut(g.head_size).enumerate().for_each(|(v, x)| {
+    data.par_chunks_mut(g.head_size).enumerate().each(|(v, x)| {
         let (b, s) = batch_and_token(&g, v);
         let row = pos[b * g.seq + s] * half;
         let mut head: Vec<f32> = x[..g.rotary_dim].iter().map(|v| v.to_f64() as f32).collect();

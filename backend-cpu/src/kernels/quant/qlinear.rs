@@ -14,6 +14,8 @@ use onyx_core::ops::quant::{IntegerConv, IntegerMatMul};
 use onyx_core::shape::Dim;
 use rayon::prelude::*;
 
+use crate::par::Loop;
+
 use super::round_to;
 use crate::kernels::cast::read;
 use crate::kernels::conv::unravel;
@@ -257,7 +259,7 @@ fn im2col(x: &[f64], in_dims: &[usize], geo: &Geometry, col: &mut [f64]) {
     let plane: usize = in_dims.iter().product();
     let in_strides = strides(in_dims);
     let rank = in_dims.len();
-    col.par_chunks_mut(os.max(1)).enumerate().for_each(|(row, dst)| {
+    col.par_chunks_mut(os.max(1)).enumerate().each(|(row, dst)| {
         let (c, k) = (row / ks, unravel(row % ks, &geo.kernel));
         let src = &x[c * plane..(c + 1) * plane];
         let mut pos = vec![0usize; rank];

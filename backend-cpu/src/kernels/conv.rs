@@ -113,6 +113,42 @@ fn im2col<T: Copy + Send + Sync + num_traits::Zero>(
     );
 }
 
+/// `dst[j * rows + i] = src[i * cols + j]`: a `rows × cols` matrix transposed.
+fn transpose(src: &[f32], rows: usize, cols: usize, dst: &mut [f32]) {
+    for (i, row) in src[..rows * cols].chunks_exact(cols.max(1)).enumerate() {
+        for (j, &v) in row.iter().enumerate() {
+            dst[j * rows + i] = v;
+        }
+    }
+}
+
+/// For a 1-D Conv: each output position's patch (`channels × taps` values,
+/// zeros where it reads padding), one position after another: im2col's
+/// columns, written directly as rows.
+fn patches_1d(
+    x: &[f32],
+    geo: &Geometry,
+    (channels, len, taps): (usize, usize, usize),
+    dst: &mut [f32],
+) {
+    let (stride, dilation) = (geo.strides[0], geo.dilations[0]);
+    let pad = geo.pads_begin[0] as isize;
+    for (o, patch) in dst.chunks_exact_mut(channels * taps).take(geo.output[0]).enumerate() {
+        let start = (o * stride) as isize - pad;
+        let inside = start >= 0 && start as usize + (taps - 1) * dilation < len;
+        for (src, row) in x.chunks_exact(len).zip(patch.chunks_exact_mut(taps)) {
+            if inside && dilation == 1 {
+                row.copy_from_slice(&src[start as usize..start as usize + taps]);
+            } else {
+                for (t, v) in row.iter_mut().enumerate() {
+                    let i = start + (t * dilation) as isize;
+                    *v = if (0..len as isize).contains(&i) { src[i as usize] } else { 0.0 };
+                }
+            }
+        }
+    }
+}
+
 struct ConvKernel {
     op: Conv,
     dtype: DType,
@@ -155,13 +191,34 @@ fn conv<T: GemmType + bytemuck::Pod + num_traits::Zero>(
     let pointwise = ks == 1
         && geo.strides.iter().all(|&s| s == 1)
         && geo.pads_begin.iter().chain(&geo.pads_end).all(|&p| p == 0);
-    let mut col = if pointwise { Vec::new() } else { vec![T::zero(); cg * ks * os] };
+    // Few output positions: dot products over each position's patch (see narrow.rs).
+    let narrow = os <= NARROW_COLS && TypeId::of::<T>() == TypeId::of::<f32>();
+    let one_d = xs.len() == 3 && !pointwise;
+    let mut col =
+        if pointwise || (narrow && one_d) { Vec::new() } else { vec![T::zero(); cg * ks * os] };
+    let mut patches = if narrow { vec![0f32; os * cg * ks] } else { Vec::new() };
     for b in 0..n {
         for gi in 0..g {
             let x_off = (b * cin + gi * cg) * is;
             let out_off = (b * m + gi * mg) * os;
             let wm = Mat::row_major(gi * mg * cg * ks, cg * ks, false);
-            if pointwise {
+            if narrow {
+                let xg: &[f32] = bytemuck::cast_slice(&x[x_off..x_off + cg * is]);
+                if pointwise {
+                    transpose(xg, cg, os, &mut patches);
+                } else if one_d {
+                    patches_1d(xg, &geo, (cg, is, kernel[0]), &mut patches);
+                } else {
+                    im2col(&x[x_off..x_off + cg * is], &xs[2..], &geo, &mut col);
+                    transpose(bytemuck::cast_slice(&col), cg * ks, os, &mut patches);
+                }
+                narrow_product(
+                    (mg, os, cg * ks),
+                    bytemuck::cast_slice(&w[gi * mg * cg * ks..(gi + 1) * mg * cg * ks]),
+                    &patches,
+                    bytemuck::cast_slice_mut(&mut out[out_off..out_off + mg * os]),
+                );
+            } else if pointwise {
                 // SAFETY: the image group is cg × os contiguous; out block is mg × os.
                 unsafe {
                     gemm_into(
@@ -178,15 +235,6 @@ fn conv<T: GemmType + bytemuck::Pod + num_traits::Zero>(
                 };
             } else {
                 im2col(&x[x_off..x_off + cg * is], &xs[2..], &geo, &mut col);
-                if os <= NARROW_COLS && TypeId::of::<T>() == TypeId::of::<f32>() {
-                    let (w, col, out): (&[f32], &[f32], &mut [f32]) = (
-                        bytemuck::cast_slice(&w[gi * mg * cg * ks..(gi + 1) * mg * cg * ks]),
-                        bytemuck::cast_slice(&col),
-                        bytemuck::cast_slice_mut(&mut out[out_off..out_off + mg * os]),
-                    );
-                    narrow_product((mg, os, cg * ks), w, col, out);
-                    continue;
-                }
                 // SAFETY: col is (cg·ks) × os; weights for the group are mg × (cg·ks).
                 unsafe {
                     gemm_into(

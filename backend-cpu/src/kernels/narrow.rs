@@ -6,8 +6,8 @@
 //! either packs the whole weight matrix (a copy as large as the product's
 //! reads) or runs its narrowest micro-kernel with most vector lanes idle.
 //! Here each output is a dot product along `k`, vectorized along `k`: the
-//! weights are read once, in place, and the columns of `x` (transposed to be
-//! contiguous, a few KiB) stay in L1.
+//! weights are read once, in place, and the columns of `x` (given as rows, a
+//! few KiB) stay in L1.
 
 use pulp::{Simd, WithSimd};
 
@@ -17,24 +17,18 @@ pub(crate) const NARROW_COLS: usize = 8;
 /// Columns computed together: their accumulators stay in registers.
 const GROUP: usize = 4;
 
-/// `out[i * n + j] = Σ_p w[i * k + p] · x[p * n + j]` for `i < m`, `j < n`.
+/// `out[i * n + j] = Σ_p w[i * k + p] · xt[j * k + p]` for `i < m`, `j < n`:
+/// `xt` holds the right-hand matrix's columns as rows (a Conv's patches).
 pub(crate) fn narrow_product(
     (m, n, k): (usize, usize, usize),
     w: &[f32],
-    x: &[f32],
+    xt: &[f32],
     out: &mut [f32],
 ) {
-    let (w, x, out) = (&w[..m * k], &x[..k * n], &mut out[..m * n]);
+    let (w, xt, out) = (&w[..m * k], &xt[..n * k], &mut out[..m * n]);
     if k == 0 {
         out.fill(0.0);
         return;
-    }
-    // x's columns as contiguous rows.
-    let mut xt = vec![0f32; n * k];
-    for (p, row) in x.chunks_exact(n.max(1)).enumerate() {
-        for (j, &v) in row.iter().enumerate() {
-            xt[j * k + p] = v;
-        }
     }
     let arch = pulp::Arch::new();
     for j0 in (0..n).step_by(GROUP) {
@@ -115,8 +109,14 @@ mod tests {
         {
             let w: Vec<f32> = (0..m * k).map(|_| rnd()).collect();
             let x: Vec<f32> = (0..k * n).map(|_| rnd()).collect();
+            let mut xt = vec![0f32; n * k];
+            for p in 0..k {
+                for j in 0..n {
+                    xt[j * k + p] = x[p * n + j];
+                }
+            }
             let mut out = vec![f32::NAN; m * n];
-            narrow_product((m, n, k), &w, &x, &mut out);
+            narrow_product((m, n, k), &w, &xt, &mut out);
             for i in 0..m {
                 for j in 0..n {
                     let want: f64 = (0..k).map(|p| w[i * k + p] as f64 * x[p * n + j] as f64).sum();

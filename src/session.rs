@@ -331,7 +331,6 @@ impl Workers {
     }
 }
 
-/// Outputs read back, the planner's figures and the release count of one run.
 /// Name, type and declared shape of a model input or output.
 #[derive(Clone, Debug)]
 pub struct IoInfo {

@@ -43,7 +43,7 @@ pub struct SessionArgs {
     /// Size of a symbolic dimension, e.g. --dim batch=2 (others default to 1).
     #[arg(long = "dim", value_name = "NAME=VALUE", value_parser = parse_dim)]
     dims: Vec<(String, usize)>,
-    /// CPU worker threads (default: all cores).
+    /// CPU worker threads (default: all cores). 1 runs on the calling thread only.
     #[arg(long)]
     threads: Option<usize>,
     /// Let f32 matrix products on CUDA use TF32 tensor cores.

@@ -314,3 +314,48 @@ fn a_node_the_device_declines_runs_there_as_standard_ops_under_strict_mode() {
         assert_eq!(d.peak_bytes, d.live_set_bound_bytes, "{}", d.device);
     }
 }
+
+/// One thread runs on the caller (serial loops), two run in a pool with
+/// spinning workers, and a pool keeps sub-millisecond runs on the caller: all
+/// three must give the same numbers, also with runs from several threads at once.
+#[test]
+fn every_thread_setting_gives_the_same_outputs_and_concurrent_runs_agree() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/tiny_cnn.onnx");
+    let bytes = std::fs::read(&path).unwrap();
+    fn run(s: &onyx::Session) -> Vec<Vec<f32>> {
+        let x = f32s(&[2, 3, 64, 64], |i| ((i * 37) % 101) as f32 / 50.0 - 1.0);
+        let out = s.run([("input", Value::Tensor(x))]).unwrap();
+        out.values.iter().map(|(_, v)| v.as_tensor().unwrap().to_vec::<f32>().unwrap()).collect()
+    }
+    let session = |threads: Option<usize>| {
+        let b = onyx::Session::builder();
+        let b = match threads {
+            Some(t) => b.with_threads(t),
+            None => b,
+        };
+        b.commit_from_bytes(bytes.clone(), None).unwrap()
+    };
+    let want = run(&session(None));
+    for threads in [1, 2] {
+        let s = session(Some(threads));
+        // The first run of a pool goes to the pool; later ones see its time.
+        for _ in 0..3 {
+            assert_eq!(run(&s), want, "{threads} threads");
+        }
+        let s = Arc::new(s);
+        let handles: Vec<_> = (0..3)
+            .map(|_| {
+                let s = s.clone();
+                let want = want.clone();
+                std::thread::spawn(move || {
+                    for _ in 0..5 {
+                        assert_eq!(run(&s), want);
+                    }
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap();
+        }
+    }
+}

@@ -85,7 +85,9 @@ impl SessionBuilder {
 
     /// Worker threads for CPU kernels (default: all cores). With 1, every run
     /// stays on the thread that calls it, as onnxruntime's one-thread sessions
-    /// do; with more, runs go to a pool of this many threads.
+    /// do; with more, runs go to a pool of this many threads, except that a
+    /// run whose predecessor took under a millisecond stays on the caller
+    /// (handing so little work to the pool costs more than it saves).
     pub fn with_threads(mut self, threads: usize) -> Self {
         self.threads = Some(threads);
         self

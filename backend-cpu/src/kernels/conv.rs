@@ -338,6 +338,39 @@ mod tests {
         assert_eq!(&col[27..], &[1., 2., 3., 4., 5., 6., 7., 8., 9.]);
     }
 
+    #[test]
+    fn one_d_patches_are_im2col_columns_as_rows() {
+        // (length, taps, stride, dilation, pads): interior, padded, strided and dilated windows.
+        for (len, taps, stride, dilation, pads) in [
+            (9, 3, 1, 1, [1, 1]),
+            (640, 256, 128, 1, [0, 0]),
+            (10, 3, 2, 2, [2, 1]),
+            (5, 5, 3, 1, [4, 4]),
+        ] {
+            let w = Window {
+                kernel: None,
+                strides: Some(vec![stride]),
+                dilations: Some(vec![dilation]),
+                pads: Some(pads.to_vec()),
+                auto_pad: AutoPad::NotSet,
+                ceil_mode: false,
+            };
+            let geo = w.geometry(&[len], &[taps]).unwrap();
+            let (channels, os) = (3, geo.output[0]);
+            let x: Vec<f32> = (0..channels * len).map(|v| v as f32 + 1.0).collect();
+            let mut col = vec![0f32; channels * taps * os];
+            im2col(&x, &[len], &geo, &mut col);
+            let mut want = vec![0f32; col.len()];
+            transpose(&col, channels * taps, os, &mut want);
+            let mut got = vec![f32::NAN; col.len()];
+            patches_1d(&x, &geo, (channels, len, taps), &mut got);
+            assert_eq!(
+                got, want,
+                "length {len}, taps {taps}, stride {stride}, dilation {dilation}"
+            );
+        }
+    }
+
     fn view(data: &mut [f32], shape: &[usize]) -> Option<View> {
         Some(View::new(data.as_mut_ptr().cast(), data.len() * 4, DType::F32, shape.to_vec()))
     }

@@ -44,7 +44,9 @@ pub(crate) fn is_serial() -> bool {
 }
 
 /// The loops the kernels run: rayon's when parallel, a plain iterator over
-/// rayon's producer when [`serial`].
+/// rayon's producer when [`serial`]. The workspace's `clippy.toml` forbids
+/// calling rayon's loops directly anywhere else.
+#[allow(clippy::disallowed_methods)]
 pub(crate) trait Loop: IndexedParallelIterator {
     /// `for_each`.
     fn each<F>(self, f: F)

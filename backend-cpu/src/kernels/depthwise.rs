@@ -347,7 +347,7 @@ fn blocked(
             img.chunks_mut(BLOCK * oplane).enumerate().map(move |(blk, dst)| (b, blk, dst))
         })
         .collect();
-    tasks.into_par_iter().for_each_init(
+    tasks.into_par_iter().each_init(
         || (Vec::new(), Vec::new(), Vec::new()),
         |(pad, wblk, acc), (b, blk, dst)| {
             let c0 = blk * BLOCK;

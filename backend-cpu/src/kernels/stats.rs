@@ -187,7 +187,7 @@ fn loss<T: AsF64 + bytemuck::Pod + Send + Sync>(io: &KernelIo, l: &Loss) -> Resu
     let weight = if io.present(2) { Some(param::<T>(io, 2, c)?) } else { None };
     let mut x: Vec<f64> = io.input::<T>(0)?.iter().map(|v| v.to_f64()).collect();
     if l.softmax && c * d > 0 {
-        x.par_chunks_mut(c * d).for_each(|block| {
+        x.par_chunks_mut(c * d).each(|block| {
             for j in 0..d {
                 let peak = (0..c).map(|k| block[k * d + j]).fold(f64::NEG_INFINITY, f64::max);
                 let sum: f64 = (0..c).map(|k| (block[k * d + j] - peak).exp()).sum();

@@ -131,6 +131,11 @@ fn patches_1d(
     (channels, len, taps): (usize, usize, usize),
     dst: &mut [f32],
 ) {
+    if len == 0 || channels * taps == 0 {
+        // An empty signal (all padding) or an empty patch.
+        dst.fill(0.0);
+        return;
+    }
     let (stride, dilation) = (geo.strides[0], geo.dilations[0]);
     let pad = geo.pads_begin[0] as isize;
     for (o, patch) in dst.chunks_exact_mut(channels * taps).take(geo.output[0]).enumerate() {

@@ -10,13 +10,16 @@ PyTorch's last_hidden_state as DIR/bert_torch_8x{seq}.npy (so Onyx runs on the
 same inputs and is checked against it), then prints one JSON line per case and
 attention implementation ("sdpa", PyTorch's default, and "eager", the one the
 ONNX file was exported with): median latency of 30 timed forwards (CUDA events)
-after 5 warm-ups, and torch.cuda.max_memory_allocated during one forward, in
-total and above the resident weights.
+after 5 warm-ups; the same with the inputs copied from host memory and both
+outputs copied back (wall clock, `ms_host_io`: what `onyx bench` times); and
+torch.cuda.max_memory_allocated during one forward, in total and above the
+resident weights.
 """
 
 import json
 import os
 import sys
+import time
 
 import numpy as np
 import torch
@@ -37,6 +40,18 @@ def median_ms(fn, reps=30):
     return sorted(times)[len(times) // 2]
 
 
+def median_wall_ms(fn, reps=30):
+    """Wall-clock median of fn(), which must return on the host (as `onyx bench` times runs)."""
+    for _ in range(5):
+        fn()
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - start) * 1e3)
+    return sorted(times)[len(times) // 2]
+
+
 def main():
     from transformers import BertConfig, BertModel
     out = sys.argv[1]
@@ -54,10 +69,18 @@ def main():
             if attn == "sdpa":
                 np.save(os.path.join(out, f"bert_ids_8x{seq}.npy"), ids.numpy())
                 np.save(os.path.join(out, f"bert_mask_8x{seq}.npy"), mask.numpy())
+            ids_host, mask_host = ids, mask
             ids, mask = ids.cuda(), mask.cuda()
             with torch.inference_mode():
                 fwd = lambda: model(input_ids=ids, attention_mask=mask)
                 ms = median_ms(fwd)
+
+                def host_to_host():
+                    # What `onyx bench` times: inputs from host memory, outputs back in it.
+                    o = model(input_ids=ids_host.cuda(), attention_mask=mask_host.cuda())
+                    return o.last_hidden_state.cpu(), o.pooler_output.cpu()
+
+                ms_host_io = median_wall_ms(host_to_host)
                 torch.cuda.synchronize()
                 torch.cuda.reset_peak_memory_stats()
                 o = fwd()
@@ -67,6 +90,7 @@ def main():
                 np.save(os.path.join(out, f"bert_torch_8x{seq}.npy"),
                         o.last_hidden_state.float().cpu().numpy())
             print(json.dumps({"case": f"bert_fp16_8x{seq}", "torch_attention": attn, "ms": round(ms, 3),
+                              "ms_host_io": round(ms_host_io, 3),
                               "max_memory_allocated": peak, "above_weights": peak - weights,
                               "weights": weights}), flush=True)
         del model

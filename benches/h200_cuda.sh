@@ -19,6 +19,8 @@ for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
     [ -d "$d" ] && export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 done
 export ONYX_CUDA_CACHE=/tmp/onyx-cuda-cache
+# Why a run was not recorded as a CUDA graph, if one is not.
+export RUST_LOG=${RUST_LOG:-warn,onyx_core::exec::replay=debug}
 
 if has probe; then
     nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.total --format=csv,noheader
@@ -60,7 +62,11 @@ if has models; then
         # --profile adds one run synchronized after every node: device time by op type.
         $BIN/onyx bench "$M/bert_base_fp16.onnx" --device cuda --strict --runs 30 --warmup 5 --json --profile $ins \
             > "$RES/bert_bench_8x$seq.json"
-        python3 -c "import json,sys; r=json.load(open('$RES/bert_bench_8x$seq.json')); print(json.dumps({'case': 'bert_fp16_8x$seq', 'device': r['device'], **{k: round(v,3) for k,v in r['warm'].items() if k.endswith('ms')}}))" \
+        python3 -c "import json,sys; r=json.load(open('$RES/bert_bench_8x$seq.json')); print(json.dumps({'case': 'bert_fp16_8x$seq', 'device': r['device'], 'cuda_graphs': r.get('cuda_graphs'), **{k: round(v,3) for k,v in r['warm'].items() if k.endswith('ms')}}))" \
+            | tee -a "$RES/bert_onyx.jsonl"
+        # Node by node from the host, as before CUDA graphs, on the same machine.
+        $BIN/onyx bench "$M/bert_base_fp16.onnx" --device cuda --strict --runs 30 --warmup 5 --json --no-cuda-graph $ins \
+            | python3 -c "import json,sys; r=json.load(sys.stdin); print(json.dumps({'case': 'bert_fp16_8x$seq', 'cuda_graphs': False, **{k: round(v,3) for k,v in r['warm'].items() if k.endswith('ms')}}))" \
             | tee -a "$RES/bert_onyx.jsonl"
         # The graph as written (no fused attention, Gelu or skip normalization), same machine.
         $BIN/onyx bench "$M/bert_base_fp16.onnx" --device cuda --strict --runs 30 --warmup 5 --json --no-fusion $ins \

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use onyx_core::dtype::DType;
 use onyx_core::ep::{DeviceId, ExecutionProvider};
-use onyx_core::exec::{self, CompileOptions, CompiledGraph, RunOptions};
+use onyx_core::exec::{self, CompileOptions, CompiledGraph, Replays, RunOptions};
 use onyx_core::graph::{Model, TypeInfo};
 use onyx_core::onnx::external::{ExternalData, NoExternalData};
 use onyx_core::ops::OpRegistry;
@@ -36,6 +36,7 @@ pub struct SessionBuilder {
     gpu: device::GpuOptions,
     timeline: bool,
     fuse: bool,
+    graphs: bool,
 }
 
 impl Default for SessionBuilder {
@@ -51,6 +52,7 @@ impl Default for SessionBuilder {
             gpu: device::GpuOptions::default(),
             timeline: true,
             fuse: true,
+            graphs: true,
         }
     }
 }
@@ -74,6 +76,16 @@ impl SessionBuilder {
     /// as written.
     pub fn with_fusion(mut self, fuse: bool) -> Self {
         self.fuse = fuse;
+        self
+    }
+
+    /// Record and replay runs as CUDA graphs (default on). A session's second
+    /// run with given input shapes is recorded and every later one replays
+    /// the recording: one launch, with none of the per-node work on the host.
+    /// Runs that need a device value on the host (data-dependent control
+    /// flow, CPU fallback) are never recorded. No effect on other devices.
+    pub fn with_cuda_graphs(mut self, graphs: bool) -> Self {
+        self.graphs = graphs;
         self
     }
 
@@ -218,6 +230,7 @@ impl SessionBuilder {
             requested: requested.to_string(),
             fallback: resolved.fallback,
             workers,
+            replays: Replays::new(self.graphs),
         };
         let counts = session.kernels_per_device();
         if counts.len() > 1 && counts[1].1 > 0 {
@@ -247,6 +260,8 @@ pub struct Session {
     requested: String,
     fallback: Option<String>,
     workers: Workers,
+    /// Recorded runs (CUDA graphs), keyed by input shapes.
+    replays: Replays,
 }
 
 /// Where a session's CPU kernels run.
@@ -569,7 +584,8 @@ impl Session {
             clock: profile.then_some(now_ms as fn() -> f64),
         };
         let refs = self.providers();
-        let ran = pollster::block_on(exec::run_on_host(&self.program, &refs, &ordered, opts))
+        let run = exec::run_on_host_replayed(&self.program, &refs, &self.replays, &ordered, opts);
+        let ran = pollster::block_on(run)
             .map_err(|source| Error::Run { device: self.device.clone(), source })?;
         let timeline = ran.timeline(&self.program);
         let names = g.outputs.iter().map(|&o| g.value(o).name.clone());
@@ -627,13 +643,21 @@ impl Session {
         self.free()
     }
 
+    /// How many input shapes have a recorded run (a CUDA graph) now.
+    pub fn recorded_runs(&self) -> usize {
+        self.replays.recorded()
+    }
+
     fn free(&mut self) -> Result<()> {
         let refs: Vec<&dyn ExecutionProvider> = self.providers.iter().map(|p| &**p).collect();
-        self.program.free_weights(&refs).map_err(|source| Error::Provider {
+        // Recordings first (they read the weights), then the weights, whatever happened.
+        let recordings = self.replays.free(&refs);
+        let weights = self.program.free_weights(&refs).map_err(|source| Error::Provider {
             backend: self.device.clone(),
             action: "freeing weights".into(),
             source,
-        })
+        });
+        recordings.map_err(|source| Error::Run { device: self.device.clone(), source }).and(weights)
     }
 }
 

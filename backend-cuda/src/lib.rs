@@ -13,6 +13,7 @@ mod device;
 mod gpu;
 mod kernels;
 mod provider;
+mod record;
 
 pub use device::{DeviceInfo, check_libraries, device_count, info};
 pub use provider::{CudaOptions, CudaProvider, DriverMemory};

@@ -15,16 +15,17 @@ use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, RwLock};
 
 use cudarc::driver::CudaSlice;
-use cudarc::driver::sys::CUmemPool_attribute;
+use cudarc::driver::sys::{CUgraphMem_attribute, CUmemPool_attribute};
 use cudarc::driver::{result as drv, sys as drv_sys};
 use onyx_core::ep::{
-    BoxFuture, DeviceBuffer, DeviceId, DeviceKind, EpError, ExecutionProvider, KernelId,
+    BoxFuture, CaptureId, DeviceBuffer, DeviceId, DeviceKind, EpError, ExecutionProvider, KernelId,
     KernelSpec, Launch, MemoryStats,
 };
 
 use crate::device::{self, DeviceInfo};
 use crate::gpu::{Gpu, device_err};
 use crate::kernels::{CudaKernel, Io, Registry};
+use crate::record::{Capture, Gate, Graph, Pinned, Recorded};
 
 /// Settings of a [`CudaProvider`].
 #[derive(Clone, Debug)]
@@ -56,6 +57,43 @@ struct State {
     buffers: HashMap<u64, Entry>,
     next_id: u64,
     stats: MemoryStats,
+    /// The recording in progress (see `record.rs`).
+    capture: Option<Capture>,
+    recorded: HashMap<u32, Recorded>,
+    next_capture: u32,
+}
+
+impl State {
+    /// Drops a buffer's entry without freeing its memory (which belongs to a
+    /// recording), keeping the accounting right.
+    fn forget(&mut self, id: u64) -> Option<(u64, u64)> {
+        let e = self.buffers.remove(&id)?;
+        self.stats.in_use_bytes -= e.size;
+        self.stats.frees += 1;
+        let (ptr, size) = (e.ptr, e.size);
+        let _ = e._slice.leak();
+        Some((ptr, size))
+    }
+
+    /// Adds a table entry owning `ptr` (freed stream-ordered when the entry goes).
+    fn adopt(&mut self, gpu: &Gpu, ptr: u64, size: u64, bytes: u64) -> u64 {
+        // SAFETY: `ptr` is a live allocation of `bytes` bytes on this stream's
+        // context that nothing else frees; the slice takes ownership.
+        let slice = unsafe { gpu.stream.upgrade_device_ptr::<u8>(ptr, bytes as usize) };
+        let id = self.next_id;
+        self.next_id += 1;
+        self.buffers.insert(id, Entry { _slice: slice, ptr, size });
+        self.stats.in_use_bytes += size;
+        self.stats.peak_bytes = self.stats.peak_bytes.max(self.stats.in_use_bytes);
+        self.stats.allocations += 1;
+        id
+    }
+}
+
+/// Bytes a pool allocation of `size` takes: rounded up so vectorized
+/// kernels may touch whole 16-byte words.
+fn padded(size: u64) -> u64 {
+    size.div_ceil(16).max(1) * 16
 }
 
 /// Memory figures read from the driver, not from Onyx's own bookkeeping.
@@ -69,6 +107,13 @@ pub struct DriverMemory {
     pub pool_reserved: u64,
     /// Highest `pool_reserved` since the last reset.
     pub pool_reserved_high: u64,
+    /// Bytes of recorded runs' intermediates and outputs in use on the device
+    /// (`CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT`, for all graphs of this process on the device).
+    pub graph_used: u64,
+    /// Highest `graph_used` since the last [`CudaProvider::reset_driver_peaks`].
+    pub graph_used_high: u64,
+    /// Bytes the driver holds for graphs' memory (`RESERVED_MEM_CURRENT`).
+    pub graph_reserved: u64,
     /// Free device memory (`cuMemGetInfo`).
     pub device_free: u64,
     /// Total device memory.
@@ -82,6 +127,7 @@ pub struct CudaProvider {
     state: Mutex<State>,
     registry: Registry,
     kernels: RwLock<Vec<Box<dyn CudaKernel>>>,
+    gate: Gate,
 }
 
 impl CudaProvider {
@@ -114,9 +160,13 @@ impl CudaProvider {
                 buffers: HashMap::new(),
                 next_id: 1,
                 stats: MemoryStats::default(),
+                capture: None,
+                recorded: HashMap::new(),
+                next_capture: 0,
             }),
             registry: Registry::standard(cc),
             kernels: RwLock::new(Vec::new()),
+            gate: Gate::default(),
         })
     }
 
@@ -134,6 +184,7 @@ impl CudaProvider {
     /// # Errors
     /// A driver error.
     pub fn trim(&self) -> Result<(), EpError> {
+        self.gate.pass();
         self.gpu.stream.synchronize().map_err(device_err("synchronizing"))?;
         // SAFETY: the pool is live; trimming only releases unused memory.
         unsafe { drv::mem_pool::trim_to(self.gpu.pool.0, 0) }
@@ -146,6 +197,7 @@ impl CudaProvider {
     /// # Errors
     /// A driver error.
     pub fn driver_memory(&self) -> Result<DriverMemory, EpError> {
+        self.gate.pass();
         self.gpu.stream.synchronize().map_err(device_err("synchronizing"))?;
         let (free, total) = self.gpu.ctx.mem_get_info().map_err(device_err("cuMemGetInfo"))?;
         let p = &self.gpu.pool;
@@ -154,6 +206,11 @@ impl CudaProvider {
             pool_used_high: p.get(CUmemPool_attribute::CU_MEMPOOL_ATTR_USED_MEM_HIGH),
             pool_reserved: p.get(CUmemPool_attribute::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT),
             pool_reserved_high: p.get(CUmemPool_attribute::CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH),
+            graph_used: self.graph_memory(CUgraphMem_attribute::CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT),
+            graph_used_high: self
+                .graph_memory(CUgraphMem_attribute::CU_GRAPH_MEM_ATTR_USED_MEM_HIGH),
+            graph_reserved: self
+                .graph_memory(CUgraphMem_attribute::CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT),
             device_free: free as u64,
             device_total: total as u64,
         })
@@ -164,9 +221,65 @@ impl CudaProvider {
     /// # Errors
     /// A driver error.
     pub fn reset_driver_peaks(&self) -> Result<(), EpError> {
+        self.gate.pass();
         self.gpu.stream.synchronize().map_err(device_err("synchronizing"))?;
         self.gpu.pool.set(CUmemPool_attribute::CU_MEMPOOL_ATTR_USED_MEM_HIGH, 0)?;
-        self.gpu.pool.set(CUmemPool_attribute::CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, 0)
+        self.gpu.pool.set(CUmemPool_attribute::CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, 0)?;
+        let mut zero: u64 = 0;
+        // SAFETY: a 64-bit attribute of this device; only the high-water marks may be reset.
+        unsafe {
+            drv_sys::cuDeviceSetGraphMemAttribute(
+                self.gpu.ctx.cu_device(),
+                CUgraphMem_attribute::CU_GRAPH_MEM_ATTR_USED_MEM_HIGH,
+                (&mut zero as *mut u64).cast(),
+            )
+        }
+        .result()
+        .map_err(device_err("resetting the graph memory high-water mark"))
+    }
+
+    /// A graph-memory figure of this device (0 if the driver cannot say).
+    fn graph_memory(&self, attr: CUgraphMem_attribute) -> u64 {
+        let mut v: u64 = 0;
+        // SAFETY: these attributes are 64-bit values of this device.
+        let r = unsafe {
+            drv_sys::cuDeviceGetGraphMemAttribute(
+                self.gpu.ctx.cu_device(),
+                attr,
+                (&mut v as *mut u64).cast(),
+            )
+        };
+        if r == drv_sys::CUresult::CUDA_SUCCESS { v } else { 0 }
+    }
+
+    /// How many recorded runs this provider holds.
+    pub fn recordings(&self) -> usize {
+        self.state().recorded.len()
+    }
+
+    /// Ends the recording in progress, keeping the entries of `outputs` and
+    /// forgetting (without freeing: the memory is the graph's) every other
+    /// buffer allocated while recording.
+    fn finish_capture(
+        &self,
+        st: &mut State,
+        outputs: &[DeviceBuffer],
+    ) -> (Capture, Vec<(u64, u64)>) {
+        let capture = st.capture.take().unwrap_or_default();
+        let mut kept = Vec::with_capacity(outputs.len());
+        for b in outputs {
+            if capture.allocated.contains(&b.id) {
+                if let Some(p) = st.forget(b.id) {
+                    kept.push(p);
+                }
+            }
+        }
+        for id in &capture.allocated {
+            if st.forget(*id).is_some() && !outputs.iter().any(|b| b.id == *id) {
+                log::warn!("a buffer allocated while recording was neither freed nor an output");
+            }
+        }
+        (capture, kept)
     }
 
     fn entry<'s>(st: &'s State, b: &DeviceBuffer, device: DeviceId) -> Result<&'s Entry, EpError> {
@@ -208,8 +321,8 @@ impl ExecutionProvider for CudaProvider {
 
     fn allocate(&self, size: u64, align: u32) -> Result<DeviceBuffer, EpError> {
         let _ = align; // pool allocations are aligned to at least 256 bytes.
-        // Round up so vectorized kernels may touch whole 16-byte words.
-        let bytes = size.div_ceil(16).max(1) * 16;
+        self.gate.pass();
+        let bytes = padded(size);
         self.gpu.ctx.bind_to_thread().map_err(device_err("binding the CUDA context"))?;
         let mut ptr: drv_sys::CUdeviceptr = 0;
         // SAFETY: valid out-pointer, live pool and stream of this context.
@@ -230,19 +343,16 @@ impl ExecutionProvider for CudaProvider {
             });
         }
         r.result().map_err(device_err("cuMemAllocFromPoolAsync"))?;
-        // SAFETY: `ptr` is a fresh allocation of `bytes` bytes on this stream's
-        // context; the slice takes ownership and frees it (stream-ordered) on drop.
-        let slice = unsafe { self.gpu.stream.upgrade_device_ptr::<u8>(ptr, bytes as usize) };
-        let id = st.next_id;
-        st.next_id += 1;
-        st.buffers.insert(id, Entry { _slice: slice, ptr, size });
-        st.stats.in_use_bytes += size;
-        st.stats.peak_bytes = st.stats.peak_bytes.max(st.stats.in_use_bytes);
-        st.stats.allocations += 1;
+        // While recording this is a graph allocation node, owned by the graph.
+        let id = st.adopt(&self.gpu, ptr, size, bytes);
+        if let Some(c) = st.capture.as_mut() {
+            c.allocated.insert(id);
+        }
         Ok(DeviceBuffer { device: self.device(), id, size, align: 256 })
     }
 
     fn deallocate(&self, buffer: DeviceBuffer) -> Result<(), EpError> {
+        self.gate.pass();
         let entry = {
             let mut st = self.state();
             Self::entry(&st, &buffer, self.device())?;
@@ -258,6 +368,7 @@ impl ExecutionProvider for CudaProvider {
     }
 
     fn upload(&self, buffer: DeviceBuffer, data: &[u8]) -> Result<(), EpError> {
+        self.gate.pass();
         let ptr = {
             let st = self.state();
             let e = Self::entry(&st, &buffer, self.device())?;
@@ -274,6 +385,18 @@ impl ExecutionProvider for CudaProvider {
             return Ok(());
         }
         self.gpu.ctx.bind_to_thread().map_err(device_err("binding the CUDA context"))?;
+        if self.gate.mine() {
+            // A recorded copy reads its source at every replay: keep the bytes
+            // page-locked for as long as the recording lives.
+            let pinned = Pinned::copy_of(data)?;
+            // SAFETY: `ptr` holds at least `data.len()` bytes (checked above), and
+            // `pinned` holds exactly `data.len()` bytes.
+            unsafe { pinned.copy_to(ptr, data.len(), self.gpu.stream.cu_stream()) }?;
+            if let Some(c) = self.state().capture.as_mut() {
+                c.staged.push(pinned);
+            }
+            return Ok(());
+        }
         // SAFETY: `ptr` holds at least `data.len()` bytes (checked above).
         // `data` is pageable host memory, which the driver stages into pinned
         // memory before the call returns, so the copy stays ordered on the
@@ -288,6 +411,10 @@ impl ExecutionProvider for CudaProvider {
         len: usize,
     ) -> BoxFuture<'_, Result<Vec<u8>, EpError>> {
         let r = (|| {
+            self.gate.pass();
+            if self.gate.mine() {
+                return Err(EpError::Unsupported("reading back while recording a run".into()));
+            }
             let ptr = {
                 let st = self.state();
                 let e = Self::entry(&st, &buffer, self.device())?;
@@ -310,6 +437,7 @@ impl ExecutionProvider for CudaProvider {
     }
 
     fn copy(&self, src: DeviceBuffer, dst: DeviceBuffer, len: u64) -> Result<(), EpError> {
+        self.gate.pass();
         let (s, d) = {
             let st = self.state();
             let me = self.device();
@@ -347,6 +475,7 @@ impl ExecutionProvider for CudaProvider {
     }
 
     fn launch(&self, kernel: KernelId, args: &Launch<'_>) -> Result<(), EpError> {
+        self.gate.pass();
         let kernels = self.kernels.read().unwrap_or_else(|p| p.into_inner());
         let k = kernels.get(kernel.0 as usize).ok_or(EpError::UnknownKernel(kernel))?;
         let in_ptrs = self.addresses(args.inputs)?;
@@ -368,26 +497,158 @@ impl ExecutionProvider for CudaProvider {
     }
 
     fn synchronize(&self) -> BoxFuture<'_, Result<(), EpError>> {
-        let r = self.gpu.synchronize_and_check();
+        self.gate.pass();
+        let r = if self.gate.mine() {
+            Err(EpError::Unsupported("synchronizing while recording a run".into()))
+        } else {
+            self.gpu.synchronize_and_check()
+        };
         Box::pin(std::future::ready(r))
     }
 
     fn memory_stats(&self) -> MemoryStats {
         let st = self.state();
         let reserved = self.gpu.pool.get(CUmemPool_attribute::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT);
-        MemoryStats { reserved_bytes: reserved + crate::gpu::BLAS_WORKSPACE as u64, ..st.stats }
+        let graphs = if st.recorded.is_empty() {
+            0
+        } else {
+            self.graph_memory(CUgraphMem_attribute::CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT)
+        };
+        MemoryStats {
+            reserved_bytes: reserved + graphs + crate::gpu::BLAS_WORKSPACE as u64,
+            ..st.stats
+        }
     }
 
     fn reset_peak(&self) {
         let mut st = self.state();
         st.stats.peak_bytes = st.stats.in_use_bytes;
     }
+
+    fn supports_capture(&self) -> bool {
+        true
+    }
+
+    fn begin_capture(&self) -> Result<(), EpError> {
+        self.gate.close()?;
+        self.state().capture = Some(Capture::default());
+        // Relaxed: page-locked staging may be allocated while recording; the
+        // gate keeps every other thread off the stream.
+        let mode = drv_sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
+        if let Err(e) = self.gpu.stream.begin_capture(mode) {
+            self.state().capture = None;
+            self.gate.open();
+            return Err(EpError::Device(format!("starting a CUDA graph capture: {e}")));
+        }
+        Ok(())
+    }
+
+    fn end_capture(&self, outputs: &[DeviceBuffer]) -> Result<CaptureId, EpError> {
+        if !self.gate.mine() {
+            return Err(EpError::Unsupported("no recording in progress on this thread".into()));
+        }
+        let graph = self.gpu.stream.end_capture(drv_sys::CUgraphInstantiate_flags(0));
+        let mut st = self.state();
+        let (capture, kept) = self.finish_capture(&mut st, outputs);
+        let result = match graph {
+            Ok(Some(graph)) if kept.len() == outputs.len() => {
+                let id = st.next_capture;
+                st.next_capture += 1;
+                let graph = Graph(graph);
+                let rec =
+                    Recorded { graph, outputs: kept, handed: Vec::new(), _staged: capture.staged };
+                st.recorded.insert(id, rec);
+                Ok(CaptureId(id))
+            }
+            Ok(Some(_)) => Err(EpError::UnknownBuffer {
+                id: outputs
+                    .iter()
+                    .map(|b| b.id)
+                    .find(|id| !capture.allocated.contains(id))
+                    .unwrap_or(0),
+                device: self.device(),
+            }),
+            Ok(None) => Err(EpError::Device("the CUDA graph capture recorded nothing".into())),
+            Err(e) => Err(EpError::Device(format!("building a CUDA graph: {e}"))),
+        };
+        drop(st);
+        if result.is_err() {
+            // Frees queued against an invalidated capture record their errors: clear them.
+            let _ = self.gpu.ctx.check_err();
+        }
+        self.gate.open();
+        result
+    }
+
+    fn abort_capture(&self) {
+        if !self.gate.mine() {
+            return;
+        }
+        // SAFETY: this thread started the capture on this stream; the graph is destroyed unused.
+        if let Ok(graph) = unsafe { drv::stream::end_capture(self.gpu.stream.cu_stream()) } {
+            if !graph.is_null() {
+                // SAFETY: a graph just returned by the capture, never instantiated.
+                let _ = unsafe { drv::graph::destroy(graph) };
+            }
+        }
+        let mut st = self.state();
+        let _ = self.finish_capture(&mut st, &[]);
+        drop(st);
+        let _ = self.gpu.ctx.check_err();
+        self.gate.open();
+    }
+
+    fn replay(&self, capture: CaptureId) -> Result<Vec<DeviceBuffer>, EpError> {
+        self.gate.pass();
+        self.gpu.ctx.bind_to_thread().map_err(device_err("binding the CUDA context"))?;
+        let mut st = self.state();
+        let st = &mut *st;
+        let rec = st
+            .recorded
+            .get_mut(&capture.0)
+            .ok_or_else(|| EpError::Unsupported(format!("unknown recording {}", capture.0)))?;
+        if rec.handed.iter().any(|id| st.buffers.contains_key(id)) {
+            return Err(EpError::Unsupported(
+                "the outputs of this recording's last replay are still held".into(),
+            ));
+        }
+        rec.graph.0.launch().map_err(device_err("launching a CUDA graph"))?;
+        let outputs = rec.outputs.clone();
+        let mut handed = Vec::with_capacity(outputs.len());
+        let mut bufs = Vec::with_capacity(outputs.len());
+        for (ptr, size) in outputs {
+            // Freeing a graph's output outside the graph is what lets it run again.
+            let id = st.adopt(&self.gpu, ptr, size, padded(size));
+            handed.push(id);
+            bufs.push(DeviceBuffer { device: self.device(), id, size, align: 256 });
+        }
+        if let Some(rec) = st.recorded.get_mut(&capture.0) {
+            rec.handed = handed;
+        }
+        Ok(bufs)
+    }
+
+    fn free_capture(&self, capture: CaptureId) -> Result<(), EpError> {
+        self.gate.pass();
+        let rec = self
+            .state()
+            .recorded
+            .remove(&capture.0)
+            .ok_or_else(|| EpError::Unsupported(format!("unknown recording {}", capture.0)))?;
+        // The graph may still be running: its page-locked sources must outlive it.
+        self.gpu.stream.synchronize().map_err(device_err("synchronizing"))?;
+        drop(rec);
+        Ok(())
+    }
 }
 
 impl Drop for CudaProvider {
     fn drop(&mut self) {
-        // Free every buffer still held (stream-ordered), then wait so the pool
-        // is empty when it is destroyed.
+        // Let queued work (replays reading page-locked copies) finish, drop the
+        // recordings, free every buffer still held (stream-ordered), then wait
+        // so the pool is empty when it is destroyed.
+        let _ = self.gpu.stream.synchronize();
+        self.state().recorded.clear();
         self.state().buffers.clear();
         let _ = self.gpu.stream.synchronize();
     }

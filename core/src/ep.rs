@@ -134,6 +134,10 @@ pub struct KernelSpec<'a> {
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 pub struct KernelId(pub u32);
 
+/// A recorded run that a provider can replay (on CUDA, an instantiated graph).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct CaptureId(pub u32);
+
 /// A boxed future. Not `Send` on purpose: WebGPU futures are not.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + 'a>>;
 
@@ -235,6 +239,62 @@ pub trait ExecutionProvider: MaybeSendSync {
 
     /// Memory figures from the provider's own table.
     fn memory_stats(&self) -> MemoryStats;
+
+    /// Whether this provider can record queued work and replay it
+    /// ([`begin_capture`](Self::begin_capture)). False by default.
+    fn supports_capture(&self) -> bool {
+        false
+    }
+
+    /// Starts recording: until [`end_capture`](Self::end_capture) or
+    /// [`abort_capture`](Self::abort_capture), the work this thread queues
+    /// (allocations, uploads, launches, copies, frees) is recorded instead of
+    /// run, and other threads' calls wait. Reading back
+    /// ([`download`](Self::download), [`synchronize`](Self::synchronize))
+    /// fails while recording, since nothing has run.
+    ///
+    /// # Errors
+    /// [`EpError::Unsupported`] where the provider cannot record.
+    fn begin_capture(&self) -> Result<(), EpError> {
+        Err(EpError::Unsupported(format!("{} cannot record runs", self.name())))
+    }
+
+    /// Ends a recording. `outputs` are buffers allocated while recording that
+    /// the recorded work leaves to the caller: their handles are retired here
+    /// (the memory belongs to the recording), and every
+    /// [`replay`](Self::replay) hands out new handles for them, in this order.
+    ///
+    /// # Errors
+    /// [`EpError::UnknownBuffer`] for an output not allocated while recording,
+    /// or the device's failure to build the recording (which is then abandoned).
+    fn end_capture(&self, outputs: &[DeviceBuffer]) -> Result<CaptureId, EpError> {
+        let _ = outputs;
+        Err(EpError::Unsupported(format!("{} cannot record runs", self.name())))
+    }
+
+    /// Abandons the recording in progress, if any: none of it will run.
+    fn abort_capture(&self) {}
+
+    /// Runs a recording once more, and returns fresh handles to its outputs.
+    /// The caller reads them and must deallocate them before the next replay
+    /// of the same recording.
+    ///
+    /// # Errors
+    /// [`EpError::Unsupported`] while the previous replay's outputs are still
+    /// held, and device failures.
+    fn replay(&self, capture: CaptureId) -> Result<Vec<DeviceBuffer>, EpError> {
+        let _ = capture;
+        Err(EpError::Unsupported(format!("{} cannot record runs", self.name())))
+    }
+
+    /// Frees a recording and the memory it holds.
+    ///
+    /// # Errors
+    /// An unknown id, or a device failure.
+    fn free_capture(&self, capture: CaptureId) -> Result<(), EpError> {
+        let _ = capture;
+        Err(EpError::Unsupported(format!("{} cannot record runs", self.name())))
+    }
 
     /// Restarts peak tracking from the bytes in use now.
     fn reset_peak(&self);

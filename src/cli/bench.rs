@@ -73,6 +73,7 @@ pub fn bench(a: BenchArgs) -> Result<ExitCode> {
             "warmup": a.warmup,
             "warm": warm,
             "kernels_per_device": session.kernels_per_device(),
+            "cuda_graphs": session.recorded_runs(),
             "profile": profile,
         });
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -82,6 +83,11 @@ pub fn bench(a: BenchArgs) -> Result<ExitCode> {
     println!("device   {}", session.device());
     println!("session  {:.2} ms to create", ms(create));
     println!("first    {:.3} ms", ms(first));
+    if session.recorded_runs() > 0 {
+        println!(
+            "graphs   warm runs replay a recorded CUDA graph (--no-cuda-graph: run node by node)"
+        );
+    }
     println!(
         "warm     median {:.3} ms  (min {:.3}, p10 {:.3}, p90 {:.3}, max {:.3}; {} runs after {} warm-up)",
         warm.median_ms, warm.min_ms, warm.p10_ms, warm.p90_ms, warm.max_ms, warm.runs, a.warmup

@@ -40,6 +40,7 @@ pub fn open_with(
         .with_device(&args.device)
         .with_strict(args.strict)
         .with_fusion(!args.no_fusion)
+        .with_cuda_graphs(!args.no_cuda_graph)
         .with_release_dead_values(release);
     if args.allow_tf32 {
         builder = builder.with_allow_tf32(true);

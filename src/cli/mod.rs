@@ -53,6 +53,10 @@ pub struct SessionArgs {
     /// attention, Gelu or skip normalization.
     #[arg(long)]
     no_fusion: bool,
+    /// On CUDA, run every node from the host each time instead of recording
+    /// the second run with given input shapes as a CUDA graph and replaying it.
+    #[arg(long)]
+    no_cuda_graph: bool,
 }
 
 #[derive(Args, Debug)]

@@ -4,6 +4,8 @@
 //! `ONYX_REQUIRE_CUDA=1` to make a missing GPU a failure instead.
 
 mod common;
+#[path = "cuda/graphs.rs"]
+mod graphs;
 
 use std::sync::Arc;
 

@@ -145,10 +145,26 @@ async fn upload_and_run(
         });
     }
     let result = run(cg, providers, &device_inputs, opts).await?;
-    // The outputs are ours now: read each back, then free it (even if a read fails).
-    let mut outputs = Vec::with_capacity(result.outputs.len());
+    let outputs = read_back(providers, &result.outputs).await?;
+    Ok(HostRun {
+        outputs,
+        figures: result.figures,
+        releases: result.releases,
+        measured: result.measured,
+        step_ms: result.step_ms,
+        peak_bytes: Vec::new(),
+    })
+}
+
+/// Reads each output back, then frees its buffers (even if a read fails).
+/// The outputs are the caller's, so whatever happens they are freed here.
+pub(super) async fn read_back(
+    providers: &[&dyn ExecutionProvider],
+    outs: &[DeviceValue],
+) -> Result<Vec<Value>, Error> {
+    let mut outputs = Vec::with_capacity(outs.len());
     let mut first_err = None;
-    for out in &result.outputs {
+    for out in outs {
         let read = match out {
             DeviceValue::Tensor(t) => download(providers, t).await.map(Value::Tensor),
             DeviceValue::Sequence(d, ts) => {
@@ -179,7 +195,7 @@ async fn upload_and_run(
             }
         }
     }
-    for out in &result.outputs {
+    for out in outs {
         let bufs: Vec<DeviceBuffer> = match out {
             DeviceValue::Tensor(t) => vec![t.buffer],
             DeviceValue::Sequence(_, ts) => ts.iter().map(|t| t.buffer).collect(),
@@ -197,17 +213,10 @@ async fn upload_and_run(
             }
         }
     }
-    if let Some(e) = first_err {
-        return Err(e);
+    match first_err {
+        Some(e) => Err(e),
+        None => Ok(outputs),
     }
-    Ok(HostRun {
-        outputs,
-        figures: result.figures,
-        releases: result.releases,
-        measured: result.measured,
-        step_ms: result.step_ms,
-        peak_bytes: Vec::new(),
-    })
 }
 
 fn provider_for<'p>(

@@ -6,6 +6,7 @@ mod host;
 mod looping;
 mod on_host;
 mod program;
+mod replay;
 mod run;
 mod sequence;
 mod slices;
@@ -15,6 +16,7 @@ mod widen;
 pub use compile::{CompileOptions, ONYX_DOMAIN, Scope, compile, declared_fact};
 pub use host::{HostRun, StepPoint, run_on_host};
 pub use program::{Action, CompiledGraph, Step};
+pub use replay::{Replays, run_on_host_replayed};
 pub use run::{DeviceValue, RunOptions, RunResult, run};
 
 use crate::ops::control::If;

@@ -1,0 +1,377 @@
+//! Recorded runs. A provider that can record its queued work (CUDA graphs)
+//! runs a graph's first run with given input shapes as usual, records the
+//! second, and replays the recording for every later run with those shapes:
+//! one launch instead of one per kernel, and none of the executor's per-step
+//! work on the host.
+//!
+//! Replaying is exact because everything a run decides on the host (folded
+//! shape arithmetic, launch shapes, which buffers are released where) follows
+//! from the input shapes and the model's constants, which the key and the
+//! session fix. Anything that needs a device value on the host during a run
+//! (a data-dependent `If` or `Loop`, a fallback to another provider) fails
+//! the recording; that key is then always run eagerly. The recording owns
+//! the input buffers it read (each replay uploads the new inputs into them)
+//! and the memory of its intermediates, which the device reuses within the
+//! recording as the plan releases them.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use super::host::{HostRun, read_back, run_on_host};
+use super::program::CompiledGraph;
+use super::run::{DeviceValue, RunOptions, run};
+use crate::dtype::DType;
+use crate::ep::{CaptureId, DeviceBuffer, ExecutionProvider, TensorArg};
+use crate::error::Error;
+use crate::plan::MemoryFigures;
+use crate::tensor::{Tensor, Value};
+
+type Key = Vec<(DType, Vec<usize>)>;
+
+/// The recorded runs of one compiled graph on its providers, keyed by the
+/// inputs' dtypes and shapes. Owned next to the graph (a session); free it
+/// with [`Replays::free`] before the providers go.
+pub struct Replays {
+    enabled: bool,
+    slots: Mutex<HashMap<Key, Slot>>,
+}
+
+enum Slot {
+    /// Ran once, eagerly: the next run with this key is recorded.
+    Seen,
+    /// Being recorded by another run.
+    Recording,
+    /// Could not be recorded: always run eagerly.
+    Declined,
+    /// Recorded.
+    Ready(Arc<Recording>),
+}
+
+struct Recording {
+    capture: CaptureId,
+    /// The input buffers the recording reads, owned by it.
+    inputs: Vec<TensorArg>,
+    outputs: Vec<Out>,
+    figures: MemoryFigures,
+    releases: u64,
+    /// The memory timeline measured while recording (a replay makes the same
+    /// allocations and frees, inside the graph).
+    measured: Vec<u64>,
+    peak_bytes: Vec<u64>,
+    /// Set while a replay is using the recording's inputs and outputs.
+    busy: AtomicBool,
+}
+
+/// One output of a recording.
+enum Out {
+    /// Written on the device: the replay hands out its buffer.
+    Device(DType, Vec<usize>),
+    /// Known when recording (a host value folded from shapes and constants,
+    /// or an empty optional): the same in every replay.
+    Fixed(DeviceValue),
+}
+
+/// Clears a recording's `busy` flag when the replay ends, however it ends.
+struct Busy<'a>(&'a AtomicBool);
+
+impl Drop for Busy<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
+}
+
+enum Plan {
+    Eager,
+    Record,
+    Replay(Arc<Recording>),
+}
+
+impl Replays {
+    /// An empty cache; with `enabled` false every run is eager.
+    pub fn new(enabled: bool) -> Self {
+        Replays { enabled, slots: Mutex::new(HashMap::new()) }
+    }
+
+    /// Whether replays are allowed at all.
+    pub fn enabled(&self) -> bool {
+        self.enabled
+    }
+
+    /// How many input shapes have a recording now.
+    pub fn recorded(&self) -> usize {
+        self.slots().values().filter(|s| matches!(s, Slot::Ready(_))).count()
+    }
+
+    fn slots(&self) -> MutexGuard<'_, HashMap<Key, Slot>> {
+        self.slots.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn plan(&self, key: &Key) -> Plan {
+        let mut slots = self.slots();
+        match slots.get(key) {
+            None => {
+                slots.insert(key.clone(), Slot::Seen);
+                Plan::Eager
+            }
+            Some(Slot::Seen) => {
+                slots.insert(key.clone(), Slot::Recording);
+                Plan::Record
+            }
+            Some(Slot::Recording | Slot::Declined) => Plan::Eager,
+            Some(Slot::Ready(r)) => Plan::Replay(r.clone()),
+        }
+    }
+
+    fn settle(&self, key: Key, slot: Slot) {
+        self.slots().insert(key, slot);
+    }
+
+    /// Frees every recording and the input buffers they own.
+    ///
+    /// # Errors
+    /// The first provider error; the rest are still freed.
+    pub fn free(&self, providers: &[&dyn ExecutionProvider]) -> Result<(), Error> {
+        let slots = std::mem::take(&mut *self.slots());
+        let Some(&ep) = providers.first() else { return Ok(()) };
+        let mut first = Ok(());
+        for slot in slots.into_values() {
+            let Slot::Ready(r) = slot else { continue };
+            let err = |source| Error::Provider {
+                backend: ep.name(),
+                action: "freeing a recorded run".into(),
+                source,
+            };
+            let freed = ep.free_capture(r.capture).map_err(err);
+            let inputs = r.inputs.iter().try_for_each(|t| ep.deallocate(t.buffer).map_err(err));
+            if first.is_ok() {
+                first = freed.and(inputs);
+            }
+        }
+        first
+    }
+}
+
+/// Runs `cg` on host `inputs` like [`run_on_host`], recording and replaying
+/// where the one provider can (see the module's documentation). Runs that
+/// profile, keep every intermediate, or use several providers are always
+/// eager. A replay reports the memory figures (plan, peak, timeline)
+/// measured while recording: it makes the same allocations and frees.
+///
+/// # Errors
+/// As [`run_on_host`]. A run whose recording fails is run again eagerly, so
+/// its errors are the eager run's.
+pub async fn run_on_host_replayed(
+    cg: &CompiledGraph,
+    providers: &[&dyn ExecutionProvider],
+    replays: &Replays,
+    inputs: &[Value],
+    opts: RunOptions,
+) -> Result<HostRun, Error> {
+    let key = match replay_key(providers, replays, inputs, &opts) {
+        Some(k) => k,
+        None => return run_on_host(cg, providers, inputs, opts).await,
+    };
+    match replays.plan(&key) {
+        Plan::Eager => run_on_host(cg, providers, inputs, opts).await,
+        Plan::Replay(r) => {
+            if r.busy.swap(true, Ordering::Acquire) {
+                // Another thread is replaying this shape: run beside it.
+                return run_on_host(cg, providers, inputs, opts).await;
+            }
+            let _busy = Busy(&r.busy);
+            replay(providers[0], &r, inputs).await
+        }
+        Plan::Record => match record(cg, providers[0], inputs, opts).await {
+            Ok(Some(r)) => {
+                let r = Arc::new(r);
+                r.busy.store(true, Ordering::Relaxed);
+                replays.settle(key, Slot::Ready(r.clone()));
+                let _busy = Busy(&r.busy);
+                replay(providers[0], &r, inputs).await
+            }
+            Ok(None) => {
+                replays.settle(key, Slot::Declined);
+                run_on_host(cg, providers, inputs, opts).await
+            }
+            Err(e) => {
+                replays.settle(key, Slot::Seen);
+                Err(e)
+            }
+        },
+    }
+}
+
+fn replay_key(
+    providers: &[&dyn ExecutionProvider],
+    replays: &Replays,
+    inputs: &[Value],
+    opts: &RunOptions,
+) -> Option<Key> {
+    let eligible = replays.enabled
+        && providers.len() == 1
+        && providers[0].supports_capture()
+        && opts.release_dead_values
+        && opts.clock.is_none();
+    if !eligible {
+        return None;
+    }
+    inputs
+        .iter()
+        .map(|v| match v {
+            Value::Tensor(t) if t.dtype().byte_size(t.numel()).is_some() => {
+                Some((t.dtype(), t.shape().to_vec()))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+fn provider_err<'e>(
+    ep: &'e dyn ExecutionProvider,
+    action: &'e str,
+) -> impl Fn(crate::ep::EpError) -> Error + 'e {
+    move |source| Error::Provider { backend: ep.name(), action: action.into(), source }
+}
+
+fn tensors(inputs: &[Value]) -> impl Iterator<Item = &Tensor> {
+    inputs.iter().filter_map(|v| match v {
+        Value::Tensor(t) => Some(t),
+        _ => None,
+    })
+}
+
+fn upload(ep: &dyn ExecutionProvider, to: &TensorArg, t: &Tensor) -> Result<(), Error> {
+    let bytes = t.bytes().map_err(|e| Error::Internal(e.to_string()))?;
+    ep.upload(to.buffer, bytes).map_err(provider_err(ep, "uploading an input"))
+}
+
+/// Records one run. `Ok(None)` when the run cannot be recorded: nothing of
+/// it ran and nothing of it is left.
+async fn record(
+    cg: &CompiledGraph,
+    ep: &dyn ExecutionProvider,
+    inputs: &[Value],
+    opts: RunOptions,
+) -> Result<Option<Recording>, Error> {
+    ep.reset_peak();
+    let baseline = ep.memory_stats().in_use_bytes;
+    let mut owned: Vec<TensorArg> = Vec::new();
+    let free_owned = |owned: &[TensorArg]| {
+        for t in owned {
+            let _ = ep.deallocate(t.buffer);
+        }
+    };
+    for t in tensors(inputs) {
+        let size = t.dtype().byte_size(t.numel()).unwrap_or(0) as u64;
+        let buffer = match ep.allocate(size, t.dtype().align() as u32) {
+            Ok(b) => b,
+            Err(source) => {
+                free_owned(&owned);
+                return Err(Error::Provider {
+                    backend: ep.name(),
+                    action: "allocating an input".into(),
+                    source,
+                });
+            }
+        };
+        owned.push(TensorArg { buffer, dtype: t.dtype(), shape: t.shape().to_vec() });
+        if let Err(e) = upload(ep, owned.last().expect("pushed"), t) {
+            free_owned(&owned);
+            return Err(e);
+        }
+    }
+    if let Err(e) = ep.begin_capture() {
+        log::debug!("{} did not start recording: {e}", ep.name());
+        free_owned(&owned);
+        return Ok(None);
+    }
+    let device_inputs: Vec<DeviceValue> = owned.iter().cloned().map(DeviceValue::Tensor).collect();
+    let ran = run(cg, &[ep], &device_inputs, opts).await;
+    let result = match ran {
+        Ok(r) => r,
+        Err(e) => {
+            // Whatever the run allocated was freed in the recording; abandoning it drops all.
+            ep.abort_capture();
+            log::debug!("run not recorded on {}: {e:#}", ep.name());
+            free_owned(&owned);
+            return Ok(None);
+        }
+    };
+    let peak = ep.memory_stats().peak_bytes.saturating_sub(baseline);
+    let mut outputs = Vec::with_capacity(result.outputs.len());
+    let mut buffers: Vec<DeviceBuffer> = Vec::new();
+    for v in &result.outputs {
+        outputs.push(match v {
+            DeviceValue::Tensor(t) => {
+                buffers.push(t.buffer);
+                Out::Device(t.dtype, t.shape.clone())
+            }
+            DeviceValue::Host(_) | DeviceValue::Empty { .. } => Out::Fixed(v.clone()),
+            DeviceValue::Sequence(..) => {
+                ep.abort_capture();
+                log::debug!("run not recorded on {}: it returns a sequence", ep.name());
+                free_owned(&owned);
+                return Ok(None);
+            }
+        });
+    }
+    match ep.end_capture(&buffers) {
+        Ok(capture) => Ok(Some(Recording {
+            capture,
+            inputs: owned,
+            outputs,
+            figures: result.figures,
+            releases: result.releases,
+            measured: result.measured,
+            peak_bytes: vec![peak],
+            busy: AtomicBool::new(false),
+        })),
+        Err(e) => {
+            log::debug!("{} could not build the recording: {e}", ep.name());
+            free_owned(&owned);
+            Ok(None)
+        }
+    }
+}
+
+/// Uploads `inputs` into the recording's buffers, replays it and reads its outputs back.
+async fn replay(
+    ep: &dyn ExecutionProvider,
+    r: &Recording,
+    inputs: &[Value],
+) -> Result<HostRun, Error> {
+    for (to, t) in r.inputs.iter().zip(tensors(inputs)) {
+        upload(ep, to, t)?;
+    }
+    let buffers = ep.replay(r.capture).map_err(provider_err(ep, "replaying a recorded run"))?;
+    let on_device = r.outputs.iter().filter(|o| matches!(o, Out::Device(..))).count();
+    if buffers.len() != on_device {
+        for b in buffers {
+            let _ = ep.deallocate(b);
+        }
+        return Err(Error::Internal("a replay returned other outputs than it recorded".into()));
+    }
+    let mut buffers = buffers.into_iter();
+    let outs: Vec<DeviceValue> = r
+        .outputs
+        .iter()
+        .map(|o| match o {
+            Out::Device(dtype, shape) => DeviceValue::Tensor(TensorArg {
+                buffer: buffers.next().expect("counted above"),
+                dtype: *dtype,
+                shape: shape.clone(),
+            }),
+            Out::Fixed(v) => v.clone(),
+        })
+        .collect();
+    let outputs = read_back(&[ep], &outs).await?;
+    Ok(HostRun {
+        outputs,
+        figures: r.figures.clone(),
+        releases: r.releases,
+        measured: r.measured.clone(),
+        step_ms: Vec::new(),
+        peak_bytes: r.peak_bytes.clone(),
+    })
+}

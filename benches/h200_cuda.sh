@@ -3,7 +3,7 @@
 # in the repository root, .dev/ with binaries built here (x86-64) by
 #   cargo build --release --features cuda && cargo build --release -p onyx-cuda --example kernel_bench
 #   cargo test --release --features cuda --test cuda --no-run   (copied to .dev/cuda_tests)
-# and STEPS (space-separated) choosing what to run: probe tests kernels attention conformance models.
+# and STEPS (space-separated) choosing what to run: probe tests kernels attention models gputrace conformance.
 # Results go to /tmp/res as JSON lines and logs, packed into $OUT/results.tgz at the end.
 set -u
 OUT=${OUT:-/tmp/out}
@@ -75,6 +75,32 @@ if has models; then
     done
     # PyTorch again after Onyx: the machine's speed drifts, so Onyx's runs are bracketed.
     python3 benches/bert_torch.py "$M" | tee "$RES/bert_torch_after.jsonl"
+fi
+
+if has gputrace; then
+    # GPU time per kernel over warm runs of BERT (after the models step), from
+    # Nsight Systems if the machine has it: graph replays traced node by node.
+    M=/tmp/models
+    NSYS=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys /usr/local/cuda/nsight-systems*/bin/nsys 2>/dev/null | head -1)
+    if [ -n "$NSYS" ]; then
+        for seq in 128 512; do
+            ins="--input input_ids=$M/bert_ids_8x$seq.npy --input attention_mask=$M/bert_mask_8x$seq.npy"
+            "$NSYS" profile -o /tmp/bert_$seq -f true -t cuda --cuda-graph-trace=node \
+                $BIN/onyx bench "$M/bert_base_fp16.onnx" --device cuda --strict --runs 20 --warmup 3 $ins > /dev/null 2>&1
+            "$NSYS" stats -q -r cuda_gpu_kern_sum -f csv -o "$RES/kernels_8x$seq" /tmp/bert_$seq.nsys-rep > /dev/null 2>&1
+            echo "== GPU kernels, BERT 8x$seq (24 runs) =="
+            python3 -c "
+import csv,glob
+f=glob.glob('$RES/kernels_8x$seq*.csv')[0]
+rows=list(csv.DictReader(open(f)))
+tot=sum(float(r['Total Time (ns)']) for r in rows)
+print('total %.3f ms per run over %d kernels' % (tot/24e6, sum(int(r['Instances']) for r in rows)//24))
+for r in rows[:14]: print('%6.3f ms/run %5d/run  %s' % (float(r['Total Time (ns)'])/24e6, int(r['Instances'])//24, r['Name'][:90]))
+"
+        done
+    else
+        echo "no nsys here:"; ls /usr/local/cuda/bin | tr '\n' ' '
+    fi
 fi
 
 if has conformance; then

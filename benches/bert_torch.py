@@ -52,9 +52,24 @@ def median_wall_ms(fn, reps=30):
     return sorted(times)[len(times) // 2]
 
 
+def profile(model, ids, mask, label):
+    """CUDA time per kernel over 10 forwards (torch.profiler), the largest first."""
+    from torch.profiler import ProfilerActivity, profile as prof
+    with prof(activities=[ProfilerActivity.CUDA]) as p:
+        for _ in range(10):
+            model(input_ids=ids, attention_mask=mask)
+        torch.cuda.synchronize()
+    events = [e for e in p.key_averages() if e.device_time_total > 0]
+    total = sum(e.self_device_time_total for e in events) / 10 / 1e3
+    print(f"== torch kernels, {label}: {total:.3f} ms per forward ==")
+    for e in sorted(events, key=lambda e: -e.self_device_time_total)[:12]:
+        print(f"{e.self_device_time_total / 10 / 1e3:8.3f} ms {e.count // 10:5d}x  {e.key[:80]}")
+
+
 def main():
     from transformers import BertConfig, BertModel
     out = sys.argv[1]
+    profiling = "--profile" in sys.argv
     for attn in ["sdpa", "eager"]:
         cfg = BertConfig()
         cfg._attn_implementation = attn
@@ -81,6 +96,8 @@ def main():
                     return o.last_hidden_state.cpu(), o.pooler_output.cpu()
 
                 ms_host_io = median_wall_ms(host_to_host)
+                if profiling:
+                    profile(model, ids, mask, f"{attn} 8x{seq}")
                 torch.cuda.synchronize()
                 torch.cuda.reset_peak_memory_stats()
                 o = fwd()

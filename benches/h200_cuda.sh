@@ -3,7 +3,7 @@
 # in the repository root, .dev/ with binaries built here (x86-64) by
 #   cargo build --release --features cuda && cargo build --release -p onyx-cuda --example kernel_bench
 #   cargo test --release --features cuda --test cuda --no-run   (copied to .dev/cuda_tests)
-# and STEPS (space-separated) choosing what to run: probe tests kernels attention models gputrace conformance.
+# and STEPS (space-separated) choosing what to run: probe tests kernels attention models gputrace ncu conformance.
 # Results go to /tmp/res as JSON lines and logs, packed into $OUT/results.tgz at the end.
 set -u
 OUT=${OUT:-/tmp/out}
@@ -101,6 +101,21 @@ for r in rows[:14]: print('%6.3f ms/run %5d/run  %s' % (float(r['Total Time (ns)
     else
         echo "no nsys here:"; ls /usr/local/cuda/bin | tr '\n' ' '
     fi
+fi
+
+if has ncu; then
+    # GPU time per kernel of one run node by node (Nsight Compute), beside
+    # PyTorch's per-kernel CUDA time (torch.profiler), after the models step.
+    M=/tmp/models
+    NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+    for seq in 128 512; do
+        ins="--input input_ids=$M/bert_ids_8x$seq.npy --input attention_mask=$M/bert_mask_8x$seq.npy"
+        "$NCU" --csv --metrics gpu__time_duration.sum --log-file "$RES/ncu_8x$seq.csv" \
+            $BIN/onyx run "$M/bert_base_fp16.onnx" --device cuda --strict --no-cuda-graph $ins > /dev/null 2>&1
+        echo "== Onyx kernels, BERT 8x$seq (one run) =="
+        python3 benches/ncu_summary.py "$RES/ncu_8x$seq.csv" 16
+    done
+    python3 benches/bert_torch.py "$M" --profile | grep -v '^{'
 fi
 
 if has conformance; then

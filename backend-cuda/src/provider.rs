@@ -460,11 +460,11 @@ impl ExecutionProvider for CudaProvider {
         self.registry.contains(domain, op_type)
     }
 
-    /// Attention keeps its scores on chip and SkipLayerNormalization adds and
-    /// normalizes in one pass: both beat their chains here (as the folded
-    /// Conv and Gelu do everywhere).
+    /// Attention keeps its scores on chip, SkipLayerNormalization adds and
+    /// normalizes in one pass and BiasGelu adds the bias in Gelu's pass: all
+    /// beat their chains here (as the folded Conv and Gelu do everywhere).
     fn prefers_fused(&self, _domain: &str, op_type: &str) -> bool {
-        matches!(op_type, "Gelu" | "Conv" | "Attention" | "SkipLayerNormalization")
+        matches!(op_type, "Gelu" | "Conv" | "Attention" | "SkipLayerNormalization" | "BiasGelu")
     }
 
     fn prepare(&self, spec: &KernelSpec<'_>) -> Result<KernelId, EpError> {

@@ -112,6 +112,8 @@ __device__ __forceinline__ C binary_float(int op, C a, C b) {
     case 12: return a >= (C)0 ? a : a * b;
     case 13: return (a != a || b != b) ? a + b : (a > b ? a : b);
     case 14: return (a != a || b != b) ? a + b : (a < b ? a : b);
+    // com.microsoft BiasGelu: the erf Gelu of a + b.
+    case 15: { const C x = a + b; return (C)0.5 * x * ((C)1 + erf(x * (C)0.70710678118654752440)); }
     }
     return a;
 }
@@ -285,6 +287,8 @@ __device__ void binary_rep_kernel(i64 n, int op, i64 len, int mode, const T* a, 
         binary_rep_loop<T, u32, 0>((u32)n, op, (u32)len, mode, a, b, y);
     } else if (op == 2) {
         binary_rep_loop<T, u32, 2>((u32)n, op, (u32)len, mode, a, b, y);
+    } else if (op == 15) {
+        binary_rep_loop<T, u32, 15>((u32)n, op, (u32)len, mode, a, b, y);
     } else {
         binary_rep_loop<T, u32, -1>((u32)n, op, (u32)len, mode, a, b, y);
     }

@@ -358,7 +358,15 @@ fn an_out_of_range_gather_index_fails_the_run_and_the_next_run_is_clean() {
     assert!(chain.contains("out of range"), "{chain}");
     let o = run(vec![2, -3]).unwrap();
     assert_eq!(f32_out(&o, "y"), vec![4.0, 5.0, 0.0, 1.0]);
-    assert_eq!(p.memory_stats().in_use_bytes, 0, "nothing leaks on the error path");
+    // A bad index found in a replay of the recorded run fails that run too.
+    let Err(err) = run(vec![3, 0]) else { panic!("index 3 of 3 is an error") };
+    assert!(onyx::conformance::chain(&err).contains("out of range"));
+    assert_eq!(f32_out(&run(vec![1, 1]).unwrap(), "y"), vec![2.0, 3.0, 2.0, 3.0]);
+    assert_eq!(s.recorded_runs(), 1);
+    // The recording keeps its own input buffers (data and idx) for its replays.
+    assert_eq!(p.memory_stats().in_use_bytes, 3 * 2 * 4 + 2 * 8, "nothing else is held");
+    drop(s);
+    assert_eq!(p.memory_stats().in_use_bytes, 0, "nothing leaks on the error paths");
 }
 
 /// A model importing com.microsoft as well as the default domain.
@@ -464,8 +472,9 @@ fn stored_as(t: &Tensor, dtype: DType) -> Tensor {
     .unwrap()
 }
 
-/// transformers' eager attention and a post-norm block (bias, residual,
-/// LayerNormalization) in `dtype`, between f32 casts: q, k, v are
+/// transformers' eager attention, a post-norm block (bias, residual,
+/// LayerNormalization) and a feed-forward projection with its bias and erf
+/// Gelu, in `dtype`, between f32 casts: q, k, v are
 /// `[2, 70, 256]`, split into 4 heads of 64 by reshapes and transposes as
 /// the exporter writes them, the mask `[2, 1, 1, 70]`, x `[2, 70, 64]`; the
 /// weights are initializers of `dtype`.
@@ -503,6 +512,15 @@ fn encoder_block(dtype: DType) -> Vec<u8> {
             vec![("epsilon", A::F(1e-6))],
         ),
         cast("ln", "normed", 1),
+        // A feed-forward projection and PyTorch's erf Gelu of it.
+        node("MatMul", "up", &["ln", "w2"], &["u"], vec![]),
+        node("Add", "up_bias", &["u", "b2"], &["ub"], vec![]),
+        node("Div", "gelu_div", &["ub", "sqrt2"], &["g1"], vec![]),
+        node("Erf", "gelu_erf", &["g1"], &["g2"], vec![]),
+        node("Add", "gelu_add", &["g2", "one"], &["g3"], vec![]),
+        node("Mul", "gelu_mul", &["ub", "g3"], &["g4"], vec![]),
+        node("Mul", "gelu_half", &["g4", "half"], &["g5"], vec![]),
+        cast("g5", "ffn", 1),
     ]);
     let dims = |s: &[usize]| s.iter().map(|&d| d as i64).collect::<Vec<_>>();
     let weights = [
@@ -511,6 +529,11 @@ fn encoder_block(dtype: DType) -> Vec<u8> {
         ("gamma", noise(&[64], 13)),
         ("beta", noise(&[64], 14)),
         ("eight", Tensor::scalar(8f32)),
+        ("w2", noise(&[64, 128], 15)),
+        ("b2", noise(&[128], 16)),
+        ("sqrt2", Tensor::scalar(std::f32::consts::SQRT_2)),
+        ("one", Tensor::scalar(1f32)),
+        ("half", Tensor::scalar(0.5f32)),
     ];
     let shape = |v: Vec<i64>| Tensor::from_vec(vec![v.len()], v).unwrap();
     model(
@@ -520,6 +543,7 @@ fn encoder_block(dtype: DType) -> Vec<u8> {
             vec![
                 value("attn", DType::F32, &[2, 70, 256]),
                 value("normed", DType::F32, &[2, 70, 64]),
+                value("ffn", DType::F32, &[2, 70, 128]),
             ],
             weights
                 .iter()
@@ -539,7 +563,7 @@ const ATTN_INPUTS: [(&str, &[usize]); 5] = [
     ("x", &[2, 70, 64]),
 ];
 #[test]
-fn eager_attention_and_a_post_norm_block_fuse_on_cuda_and_match_the_cpu() {
+fn eager_attention_a_post_norm_block_and_a_bias_gelu_fuse_on_cuda_and_match_the_cpu() {
     let Some(p) = gpu() else { return };
     let inputs = || -> Vec<(&str, Value)> {
         ATTN_INPUTS
@@ -561,13 +585,13 @@ fn eager_attention_and_a_post_norm_block_fuse_on_cuda_and_match_the_cpu() {
         let want = session(bytes.clone(), true).run(inputs()).unwrap();
         let s = on(bytes, &p, true);
         let ops: Vec<String> = s.placement().into_iter().map(|(n, _)| n.op_type).collect();
-        for fused in ["Attention", "SkipLayerNormalization"] {
+        for fused in ["Attention", "SkipLayerNormalization", "BiasGelu"] {
             assert!(ops.iter().any(|o| o == fused), "{dtype}: no {fused} in {ops:?}");
         }
-        let unfused = ["Softmax", "LayerNormalization", "Transpose"];
+        let unfused = ["Softmax", "LayerNormalization", "Transpose", "Erf"];
         assert!(!ops.iter().any(|o| unfused.contains(&o.as_str())), "{ops:?}");
         let got = s.run(inputs()).unwrap();
-        for name in ["attn", "normed"] {
+        for name in ["attn", "normed", "ffn"] {
             let err = max_rel(&f32_out(&got, name), &f32_out(&want, name));
             assert!(err <= tol, "{dtype} {name}: {err} > {tol}");
         }

@@ -349,6 +349,16 @@ fn binary_kernel(kind: BinaryKind, dtype: DType, other: DType) -> Result<BinaryK
     Ok(BinaryKernel { code, dtype, name, mixed: None })
 }
 
+/// com.microsoft `BiasGelu`: `Gelu(A + B)` with the bias along A's last axis,
+/// one pass of the binary kernels (op 15) in place of an Add and a Gelu.
+fn build_bias_gelu(spec: &KernelSpec<'_>) -> Result<Box<dyn CudaKernel>, EpError> {
+    let dtype = in_dtype(spec, 0)?;
+    if !is_float(dtype) || in_dtype(spec, 1)? != dtype {
+        return Err(unsupported("BiasGelu", dtype));
+    }
+    Ok(Box::new(BinaryKernel { code: 15, dtype, name: entry("binary", dtype)?, mixed: None }))
+}
+
 fn build_binary(spec: &KernelSpec<'_>) -> Result<Box<dyn CudaKernel>, EpError> {
     let kind = op::<Binary>(spec)?.kind;
     Ok(Box::new(binary_kernel(kind, in_dtype(spec, 0)?, in_dtype(spec, 1)?)?))
@@ -599,6 +609,7 @@ pub(crate) fn register_all(r: &mut Registry) {
     r.register("Where", build_where);
     r.register("Cast", build_cast);
     r.register("CastLike", build_cast);
+    r.register_in(onyx_core::graph::MICROSOFT_DOMAIN, "BiasGelu", build_bias_gelu);
 }
 
 #[cfg(test)]

@@ -72,6 +72,17 @@ enum Out {
     Fixed(DeviceValue),
 }
 
+/// Abandons the provider's recording when dropped armed (on a panic).
+struct Unwinding<'a>(Option<&'a dyn ExecutionProvider>);
+
+impl Drop for Unwinding<'_> {
+    fn drop(&mut self) {
+        if let Some(ep) = self.0 {
+            ep.abort_capture();
+        }
+    }
+}
+
 /// Clears a recording's `busy` flag when the replay ends, however it ends.
 struct Busy<'a>(&'a AtomicBool);
 
@@ -286,8 +297,12 @@ async fn record(
         free_owned(&owned);
         return Ok(None);
     }
+    // A panic inside the recorded run must not leave the provider recording
+    // (its other callers would wait at its gate for ever).
+    let mut unwinding = Unwinding(Some(ep));
     let device_inputs: Vec<DeviceValue> = owned.iter().cloned().map(DeviceValue::Tensor).collect();
     let ran = run(cg, &[ep], &device_inputs, opts).await;
+    unwinding.0 = None;
     let result = match ran {
         Ok(r) => r,
         Err(e) => {

@@ -151,10 +151,9 @@ fn a_replayed_chain_holds_the_plans_live_set_on_the_device_not_every_intermediat
     let mut last = None;
     for seed in 0..4 {
         let o = s.run(vec![("t0", Value::Tensor(noise(&shape, seed)))]).unwrap();
-        // 12 alternating Neg/Relu: the result is -relu(-x) = min(x, 0).
-        let x = noise(&shape, seed).to_f64_vec().unwrap();
-        let y = f32_out(&o, "t12");
-        assert!(x.iter().zip(&y).all(|(a, b)| (a.min(0.0) as f32) == *b), "run {seed}");
+        // Neg, Relu, Neg, Relu, …: after the fourth step every value is
+        // relu(-relu(-x)) = 0, whatever the input.
+        assert!(f32_out(&o, "t12").iter().all(|v| *v == 0.0), "run {seed}");
         last = Some(o);
     }
     assert_eq!(s.recorded_runs(), 1);

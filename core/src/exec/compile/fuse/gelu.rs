@@ -5,7 +5,7 @@
 //! rounds after every step in half precision: it is at least as accurate.
 
 use super::{Links, Rewrite};
-use crate::graph::{Attributes, DEFAULT_DOMAIN, Graph, Node, ValueId};
+use crate::graph::{Attributes, DEFAULT_DOMAIN, Graph, MICROSOFT_DOMAIN, Node, ValueId};
 
 /// Whether `c` is within 0.2% of `want` (constants stored in half precision).
 fn near(c: Option<f64>, want: f64) -> bool {
@@ -73,6 +73,49 @@ pub(super) fn fuse(graph: &Graph) -> Option<Graph> {
     rw.apply(graph)
 }
 
+/// The graph with every `Gelu(Add(h, bias))` (erf form, `bias` a 1-D
+/// constant, the sum read by the Gelu alone) made one com.microsoft
+/// `BiasGelu(h, bias)`, as onnxruntime's BiasGeluFusion does: a transformer's
+/// first feed-forward projection then writes its widest activation once
+/// instead of three times. `None` when there is none. Whether the bias
+/// matches the last axis is checked when the fused graph is inferred.
+pub(super) fn fuse_bias(graph: &Graph) -> Option<Graph> {
+    let l = Links::new(graph);
+    let mut rw = Rewrite::default();
+    for (i, n) in graph.nodes.iter().enumerate() {
+        let erf_form = n.attrs.string_or("approximate", "none".into()).is_ok_and(|a| a == "none");
+        if n.op_type != "Gelu" || n.domain != DEFAULT_DOMAIN || !erf_form {
+            continue;
+        }
+        let Some(x) = n.input(0) else { continue };
+        let Some(add) = l.writer(x, "Add") else { continue };
+        let a = l.node(add);
+        if !l.single(x) || a.inputs.len() != 2 {
+            continue;
+        }
+        let is_bias = |v: Option<ValueId>| {
+            v.and_then(|v| l.constant(v)).is_some_and(|t| t.shape().len() == 1)
+        };
+        let (h, bias) = match (a.input(0), a.input(1)) {
+            (h, b) if is_bias(b) && !is_bias(h) => (h, b),
+            (b, h) if is_bias(b) && !is_bias(h) => (h, b),
+            _ => continue,
+        };
+        let node = Node {
+            name: format!("{}/BiasGelu", n.name),
+            op_type: "BiasGelu".into(),
+            domain: MICROSOFT_DOMAIN.into(),
+            opset: 1,
+            inputs: vec![h, bias],
+            outputs: n.outputs.clone(),
+            implicit_inputs: vec![],
+            attrs: Attributes::default(),
+        };
+        rw.replace(&[add, i], vec![node]);
+    }
+    rw.apply(graph)
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::test_graph::{graph, node};
@@ -107,6 +150,27 @@ mod tests {
         assert_eq!((n.op_type.as_str(), n.opset), ("Gelu", 20));
         assert_eq!(n.inputs, vec![Some(ValueId(0))]);
         assert_eq!(n.outputs, vec![Some(ValueId(8))]);
+    }
+
+    #[test]
+    fn a_gelu_of_a_bias_add_becomes_one_bias_gelu_and_a_shared_sum_does_not() {
+        use crate::tensor::Tensor;
+        // h=0, bias=1 (1-D constant), sum=2, y=3; with `shared`, Neg also reads the sum.
+        let g = |shared: bool| {
+            let mut nodes = vec![node("Add", &[1, 0], 2), node("Gelu", &[2], 3)];
+            if shared {
+                nodes.push(node("Neg", &[2], 4));
+            }
+            let bias = Tensor::from_vec(vec![4], vec![0.5f32; 4]).unwrap();
+            graph(5, nodes, &[0], &[3], vec![(1, bias)])
+        };
+        let f = fuse_bias(&g(false)).expect("fused");
+        assert_eq!(f.nodes.len(), 1);
+        let n = &f.nodes[0];
+        assert_eq!((n.op_type.as_str(), n.domain.as_str()), ("BiasGelu", MICROSOFT_DOMAIN));
+        assert_eq!(n.inputs, vec![Some(ValueId(0)), Some(ValueId(1))]);
+        assert_eq!(n.outputs, vec![Some(ValueId(3))]);
+        assert!(fuse_bias(&g(true)).is_none());
     }
 
     #[test]

@@ -7,7 +7,8 @@
 //!   weights and bias.
 //! - [`conv_act`]: a Conv and the activation after it become one
 //!   `com.microsoft` `FusedConv`.
-//! - [`gelu`]: the erf form of Gelu becomes one `Gelu` (opset 20).
+//! - [`gelu`]: the erf form of Gelu becomes one `Gelu` (opset 20), and a
+//!   Gelu of a bias add one `com.microsoft` `BiasGelu` where preferred (CUDA).
 //! - [`attention`]: `softmax(Q·Kᵀ·scale + mask)·V` over 4-D heads becomes one
 //!   `Attention` (opset 23), so the scores need not reach memory.
 //! - [`skip_norm`]: `LayerNormalization(x·W + bias + residual)` becomes one
@@ -41,10 +42,11 @@ use crate::tensor::Tensor;
 pub fn all(graph: &Graph, primary: &dyn ExecutionProvider) -> Option<Graph> {
     let mut out: Option<Graph> = None;
     type Pass = fn(&Graph) -> Option<Graph>;
-    let passes: [(&str, &str, Pass); 5] = [
+    let passes: [(&str, &str, Pass); 6] = [
         (DEFAULT_DOMAIN, "Conv", conv_bn::fuse),
         (crate::graph::MICROSOFT_DOMAIN, "FusedConv", conv_act::fuse),
         (DEFAULT_DOMAIN, "Gelu", gelu::fuse),
+        (crate::graph::MICROSOFT_DOMAIN, "BiasGelu", gelu::fuse_bias),
         (DEFAULT_DOMAIN, "Attention", attention::fuse),
         (crate::graph::MICROSOFT_DOMAIN, "SkipLayerNormalization", skip_norm::fuse),
     ];

@@ -115,6 +115,12 @@ if has ncu; then
         echo "== Onyx kernels, BERT 8x$seq (one run) =="
         python3 benches/ncu_summary.py "$RES/ncu_8x$seq.csv" 16
     done
+    # Where the attention kernel's warps wait, on one of BERT's launches at 8 x 512.
+    ins="--input input_ids=$M/bert_ids_8x512.npy --input attention_mask=$M/bert_mask_8x512.npy"
+    "$NCU" --section SpeedOfLight --section Occupancy --section WarpStateStats --section LaunchStats \
+        -k regex:attention_mma -c 1 $BIN/onyx run "$M/bert_base_fp16.onnx" --device cuda --strict --no-cuda-graph $ins 2>&1 \
+        | grep -vE "^\s*(----|$)" | grep -E "Duration|Throughput|Registers|Occupancy|Stall|stall|Warp Cycles|Issued|Block Limit|Shared Memory|Eligible|Active Warps|One or More|No Eligible|SM Frequency" \
+        | tee "$RES/ncu_attention.txt" | head -40
     python3 benches/bert_torch.py "$M" --profile | grep -v '^{'
 fi
 

@@ -175,5 +175,6 @@ fn a_replayed_chain_holds_the_plans_live_set_on_the_device_not_every_intermediat
         d.graph_used_high,
         m.live_set_bound_bytes
     );
-    assert!(m.no_release_bytes >= 13 * 64 * MIB);
+    // Nothing near the 13 buffers of 64 MiB that keeping every value would take.
+    assert!(d.graph_used_high <= 2 * 64 * MIB, "graph used {}", d.graph_used_high);
 }

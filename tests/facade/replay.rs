@@ -221,7 +221,7 @@ fn scaled_product() -> Vec<u8> {
     let mut x = value("x", DType::F32, &[1, 8]);
     let mut y = value("y", DType::F32, &[1, 4]);
     for v in [&mut x, &mut y] {
-        first_dim_symbolic(v);
+        symbolic_first_dim(v, "n");
     }
     model(
         graph(
@@ -247,15 +247,6 @@ fn scaled_product() -> Vec<u8> {
         ),
         17,
     )
-}
-
-fn first_dim_symbolic(v: &mut onyx::core::onnx::pb::ValueInfoProto) {
-    use onyx::core::onnx::pb::{tensor_shape_proto::dimension::Value as D, type_proto::Value as T};
-    if let Some(T::TensorType(t)) = v.r#type.as_mut().and_then(|t| t.value.as_mut()) {
-        if let Some(d) = t.shape.as_mut().and_then(|s| s.dim.first_mut()) {
-            d.value = Some(D::DimParam("n".into()));
-        }
-    }
 }
 
 fn input(batch: usize, seed: usize) -> Vec<(&'static str, Value)> {
@@ -300,50 +291,13 @@ fn sessions_without_graphs_and_profiled_runs_never_record() {
     assert_eq!(p.replays.load(Ordering::Relaxed), 0);
 }
 
-/// `y = If(ReduceSum(x) > 0) { Neg(x) } else { Abs(x) }`.
-fn if_on_data() -> Vec<u8> {
-    let branch = |op: &str| {
-        graph(vec![node(op, op, &["x"], &["r"], vec![])], vec![], vec![untyped("r")], vec![])
-    };
-    model(
-        graph(
-            vec![
-                node("ReduceSum", "sum", &["x"], &["t"], vec![("keepdims", A::I(0))]),
-                node("Greater", "positive", &["t", "zero"], &["c"], vec![]),
-                node(
-                    "If",
-                    "if",
-                    &["c"],
-                    &["y"],
-                    vec![
-                        ("then_branch", A::G(Box::new(branch("Neg")))),
-                        ("else_branch", A::G(Box::new(branch("Abs")))),
-                    ],
-                ),
-            ],
-            vec![value("x", DType::F32, &[3])],
-            vec![value("y", DType::F32, &[3])],
-            vec![("zero", Tensor::from_vec(vec![], vec![0f32]).unwrap())],
-        ),
-        13,
-    )
-}
-
 #[test]
 fn a_run_that_reads_a_device_value_is_declined_once_and_then_always_runs_eagerly() {
     let p = Arc::new(Recorder::new());
-    let s = on(if_on_data(), &p, true);
+    let s = on(if_on_input_data(), &p, true);
     let weights = p.memory_stats().in_use_bytes;
-    for (run, x) in
-        [[1f32, -2., 3.], [-1., -2., 1.], [4., 0., -1.], [-5., 1., 1.]].iter().enumerate()
-    {
-        let t = Tensor::from_vec(vec![3], x.to_vec()).unwrap();
-        let o = s.run([("x", Value::Tensor(t))]).unwrap();
-        let want: Vec<f32> = if x.iter().sum::<f32>() > 0.0 {
-            x.iter().map(|v| -v).collect()
-        } else {
-            x.iter().map(|v| v.abs()).collect()
-        };
+    for (run, (x, want)) in if_on_input_data_cases().into_iter().enumerate() {
+        let o = s.run([("x", Value::Tensor(Tensor::from_vec(vec![3], x).unwrap()))]).unwrap();
         let y = o.get("y").and_then(Value::as_tensor).unwrap().to_vec::<f32>().unwrap();
         assert_eq!(y, want, "run {run}");
     }

@@ -118,3 +118,60 @@ pub fn session(bytes: Vec<u8>, release: bool) -> onyx::Session {
         .commit_from_bytes(bytes, None)
         .unwrap()
 }
+
+/// Makes the first dimension of a declared value symbolic (`name`).
+pub fn symbolic_first_dim(v: &mut pb::ValueInfoProto, name: &str) {
+    use pb::{tensor_shape_proto::dimension::Value as D, type_proto::Value as T};
+    if let Some(T::TensorType(t)) = v.r#type.as_mut().and_then(|t| t.value.as_mut()) {
+        if let Some(d) = t.shape.as_mut().and_then(|s| s.dim.first_mut()) {
+            d.value = Some(D::DimParam(name.into()));
+        }
+    }
+}
+
+/// `y = If(ReduceSum(x) > 0) { Neg(x) } else { Abs(x) }` over `x: f32[3]`:
+/// an `If` whose condition is computed from the input, so a device provider
+/// must read it back mid-run.
+pub fn if_on_input_data() -> Vec<u8> {
+    let branch = |op: &str| {
+        graph(vec![node(op, op, &["x"], &["r"], vec![])], vec![], vec![untyped("r")], vec![])
+    };
+    model(
+        graph(
+            vec![
+                node("ReduceSum", "sum", &["x"], &["t"], vec![("keepdims", A::I(0))]),
+                node("Greater", "positive", &["t", "zero"], &["c"], vec![]),
+                node(
+                    "If",
+                    "if",
+                    &["c"],
+                    &["y"],
+                    vec![
+                        ("then_branch", A::G(Box::new(branch("Neg")))),
+                        ("else_branch", A::G(Box::new(branch("Abs")))),
+                    ],
+                ),
+            ],
+            vec![value("x", DType::F32, &[3])],
+            vec![value("y", DType::F32, &[3])],
+            vec![("zero", Tensor::from_vec(vec![], vec![0f32]).unwrap())],
+        ),
+        13,
+    )
+}
+
+/// Inputs for [`if_on_input_data`] with their expected outputs: each sign
+/// of the sum, twice.
+pub fn if_on_input_data_cases() -> Vec<(Vec<f32>, Vec<f32>)> {
+    [[1f32, -2., 3.], [-1., -2., 1.], [4., 0., -1.], [-5., 1., 1.]]
+        .iter()
+        .map(|x| {
+            let y = if x.iter().sum::<f32>() > 0.0 {
+                x.iter().map(|v| -v).collect()
+            } else {
+                x.iter().map(|v| v.abs()).collect()
+            };
+            (x.to_vec(), y)
+        })
+        .collect()
+}

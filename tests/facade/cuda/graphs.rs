@@ -45,15 +45,6 @@ fn scaled_product() -> Vec<u8> {
     )
 }
 
-fn symbolic_first_dim(v: &mut onyx::core::onnx::pb::ValueInfoProto, name: &str) {
-    use onyx::core::onnx::pb::{tensor_shape_proto::dimension::Value as D, type_proto::Value as T};
-    if let Some(T::TensorType(t)) = v.r#type.as_mut().and_then(|t| t.value.as_mut()) {
-        if let Some(d) = t.shape.as_mut().and_then(|s| s.dim.first_mut()) {
-            d.value = Some(D::DimParam(name.into()));
-        }
-    }
-}
-
 #[test]
 fn recorded_runs_replay_new_inputs_exactly_as_runs_node_by_node() {
     let Some(p) = gpu() else { return };
@@ -90,52 +81,14 @@ fn recorded_runs_replay_new_inputs_exactly_as_runs_node_by_node() {
     assert_eq!(p.recordings(), 0);
 }
 
-/// `y = If(ReduceSum(x) > 0) { Neg(x) } else { Abs(x) }`: the condition is
-/// computed on the GPU and read on the host.
-fn if_on_device_data() -> Vec<u8> {
-    let branch = |op: &str| {
-        graph(vec![node(op, op, &["x"], &["r"], vec![])], vec![], vec![untyped("r")], vec![])
-    };
-    let zero = Tensor::from_vec(vec![], vec![0f32]).unwrap();
-    model(
-        graph(
-            vec![
-                node("ReduceSum", "sum", &["x"], &["t"], vec![("keepdims", A::I(0))]),
-                node("Greater", "positive", &["t", "zero"], &["c"], vec![]),
-                node(
-                    "If",
-                    "if",
-                    &["c"],
-                    &["y"],
-                    vec![
-                        ("then_branch", A::G(Box::new(branch("Neg")))),
-                        ("else_branch", A::G(Box::new(branch("Abs")))),
-                    ],
-                ),
-            ],
-            vec![value("x", DType::F32, &[3])],
-            vec![value("y", DType::F32, &[3])],
-            vec![("zero", zero)],
-        ),
-        13,
-    )
-}
-
 #[test]
 fn a_run_that_reads_device_values_on_the_host_is_never_recorded_and_stays_right() {
     let Some(p) = gpu() else { return };
-    let s = graphs_session(if_on_device_data(), &p, true);
+    let s = graphs_session(if_on_input_data(), &p, true);
     let weights = p.memory_stats().in_use_bytes;
-    for (i, x) in [[1f32, -2., 3.], [-1., -2., 1.], [4., 0., -1.], [-5., 1., 1.]].iter().enumerate()
-    {
-        let t = Tensor::from_vec(vec![3], x.to_vec()).unwrap();
-        let o = s.run([("x", Value::Tensor(t))]).unwrap();
-        let want: Vec<f32> = if x.iter().sum::<f32>() > 0.0 {
-            x.iter().map(|v| -v).collect()
-        } else {
-            x.iter().map(|v| v.abs()).collect()
-        };
-        assert_eq!(f32_out(&o, "y"), want, "run {i}");
+    for (run, (x, want)) in if_on_input_data_cases().into_iter().enumerate() {
+        let o = s.run([("x", Value::Tensor(Tensor::from_vec(vec![3], x).unwrap()))]).unwrap();
+        assert_eq!(f32_out(&o, "y"), want, "run {run}");
     }
     assert_eq!(s.recorded_runs(), 0, "the If needs its condition on the host");
     assert_eq!(p.memory_stats().in_use_bytes, weights, "the declined recording left nothing");

@@ -185,11 +185,8 @@ __device__ void attention_mma(const AttnArgs& a, const u16* q, const u16* k, con
     // ldmatrix reads fall in distinct banks.
     __shared__ __align__(16) u16 ks[STAGES][BK * KP];
     __shared__ __align__(16) u16 vs[STAGES][BK * KP];
-    // The mask's terms (log2 units) when every query row of the block shares
-    // them (a padding mask), -inf past the keys: for all keys at once, read
-    // before the first tile, up to MK_ALL keys; else per tile, with the tile.
-    constexpr int MK_ALL = 1024;
-    __shared__ float mk_all[MK_ALL];
+    // The mask's terms for the tile's keys (log2 units) when every query row
+    // of the block shares them (a padding mask), -inf past the keys.
     __shared__ float mk[STAGES][BK];
     const bool row_mask = a.mask_kind != 0 && a.m_stride[2] != 0;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -225,14 +222,6 @@ __device__ void attention_mma(const AttnArgs& a, const u16* q, const u16* k, con
     }
 
     const i64 mrow0 = b * a.m_stride[0] + h * a.m_stride[1];
-    const int tiles = (kv_end + BK - 1) / BK;
-    // A shared mask read once: one wait on global memory per block, where
-    // reading it with each tile put that wait in every tile's path.
-    const bool mk_once = !row_mask && tiles * BK <= MK_ALL;
-    if (mk_once) {
-        for (int c = threadIdx.x; c < tiles * BK; c += blockDim.x)
-            mk_all[c] = c >= a.kv_len ? neg_inf() : (a.mask_kind ? mask_term(a, m, mrow0, c) * LOG2E : 0.f);
-    }
     // Queues the copies of the tile at key k0 into stage `st`.
     auto load = [&](int k0, int st) {
         for (int c = threadIdx.x; c < BK * D / 8; c += blockDim.x) {
@@ -241,7 +230,7 @@ __device__ void attention_mma(const AttnArgs& a, const u16* q, const u16* k, con
             cp_async16(&ks[st][row * KP + col], ok ? kb + key * a.k_stride[2] + col : kb, ok);
             cp_async16(&vs[st][row * KP + col], ok ? vb + key * a.v_stride[2] + col : vb, ok);
         }
-        if (!row_mask && !mk_once) {
+        if (!row_mask) {
             for (int c = threadIdx.x; c < BK; c += blockDim.x) {
                 const int key = k0 + c;
                 mk[st][c] = key >= a.kv_len ? neg_inf() : (a.mask_kind ? mask_term(a, m, mrow0, key) * LOG2E : 0.f);
@@ -249,6 +238,7 @@ __device__ void attention_mma(const AttnArgs& a, const u16* q, const u16* k, con
         }
         cp_commit();
     };
+    const int tiles = (kv_end + BK - 1) / BK;
     if (tiles > 0) load(0, 0);
     for (int it = 0; it < tiles; ++it) {
         const int k0 = it * BK, st = STAGES == 2 ? (it & 1) : 0;
@@ -285,7 +275,7 @@ __device__ void attention_mma(const AttnArgs& a, const u16* q, const u16* k, con
             for (int e = 0; e < 4; ++e) {
                 const int kt = j * 8 + t * 2 + (e & 1), key = k0 + kt, r = e >> 1;
                 float x;
-                if (!row_mask) x = s[j][e] * sl + (mk_once ? mk_all[k0 + kt] : mk[st][kt]);
+                if (!row_mask) x = s[j][e] * sl + mk[st][kt];
                 else x = key >= a.kv_len ? neg_inf() : s[j][e] * sl + mask_term(a, m, mo[r], key) * LOG2E;
                 if (a.causal && key > rows[r] + a.causal_offset) x = neg_inf();
                 s[j][e] = x;

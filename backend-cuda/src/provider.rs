@@ -75,6 +75,25 @@ impl State {
         Some((ptr, size))
     }
 
+    /// Ends the recording in progress: the entries of `outputs` and of every
+    /// other buffer allocated while recording are forgotten without freeing
+    /// (the memory is the graph's). Returns the recording and the outputs'
+    /// addresses and sizes, for those allocated while recording.
+    fn finish_capture(&mut self, outputs: &[DeviceBuffer]) -> (Capture, Vec<(u64, u64)>) {
+        let capture = self.capture.take().unwrap_or_default();
+        let kept = outputs
+            .iter()
+            .filter(|b| capture.allocated.contains(&b.id))
+            .filter_map(|b| self.forget(b.id))
+            .collect();
+        for id in &capture.allocated {
+            if self.forget(*id).is_some() {
+                log::warn!("a buffer allocated while recording was neither freed nor an output");
+            }
+        }
+        (capture, kept)
+    }
+
     /// Adds a table entry owning `ptr` (freed stream-ordered when the entry goes).
     fn adopt(&mut self, gpu: &Gpu, ptr: u64, size: u64, bytes: u64) -> u64 {
         // SAFETY: `ptr` is a live allocation of `bytes` bytes on this stream's
@@ -255,31 +274,6 @@ impl CudaProvider {
     /// How many recorded runs this provider holds.
     pub fn recordings(&self) -> usize {
         self.state().recorded.len()
-    }
-
-    /// Ends the recording in progress, keeping the entries of `outputs` and
-    /// forgetting (without freeing: the memory is the graph's) every other
-    /// buffer allocated while recording.
-    fn finish_capture(
-        &self,
-        st: &mut State,
-        outputs: &[DeviceBuffer],
-    ) -> (Capture, Vec<(u64, u64)>) {
-        let capture = st.capture.take().unwrap_or_default();
-        let mut kept = Vec::with_capacity(outputs.len());
-        for b in outputs {
-            if capture.allocated.contains(&b.id) {
-                if let Some(p) = st.forget(b.id) {
-                    kept.push(p);
-                }
-            }
-        }
-        for id in &capture.allocated {
-            if st.forget(*id).is_some() && !outputs.iter().any(|b| b.id == *id) {
-                log::warn!("a buffer allocated while recording was neither freed nor an output");
-            }
-        }
-        (capture, kept)
     }
 
     fn entry<'s>(st: &'s State, b: &DeviceBuffer, device: DeviceId) -> Result<&'s Entry, EpError> {
@@ -549,7 +543,7 @@ impl ExecutionProvider for CudaProvider {
         }
         let graph = self.gpu.stream.end_capture(drv_sys::CUgraphInstantiate_flags(0));
         let mut st = self.state();
-        let (capture, kept) = self.finish_capture(&mut st, outputs);
+        let (capture, kept) = st.finish_capture(outputs);
         let result = match graph {
             Ok(Some(graph)) if kept.len() == outputs.len() => {
                 let id = st.next_capture;
@@ -591,9 +585,7 @@ impl ExecutionProvider for CudaProvider {
                 let _ = unsafe { drv::graph::destroy(graph) };
             }
         }
-        let mut st = self.state();
-        let _ = self.finish_capture(&mut st, &[]);
-        drop(st);
+        let _ = self.state().finish_capture(&[]);
         let _ = self.gpu.ctx.check_err();
         self.gate.open();
     }

@@ -204,15 +204,6 @@ impl ExecutionProvider for Recorder {
     }
 }
 
-fn on(bytes: Vec<u8>, p: &Arc<Recorder>, graphs: bool) -> onyx::Session {
-    onyx::Session::builder()
-        .with_provider(p.clone())
-        .with_strict(true)
-        .with_cuda_graphs(graphs)
-        .commit_from_bytes(bytes, None)
-        .unwrap()
-}
-
 /// `y = Relu(MatMul(x, w) / x.shape[1]) + x[:, :4]`, batch symbolic: the
 /// divisor is a host value folded from the shape and uploaded mid-run.
 fn scaled_product() -> Vec<u8> {
@@ -258,7 +249,7 @@ fn the_second_run_of_a_shape_is_recorded_and_later_runs_replay_it_with_their_own
     let p = Arc::new(Recorder::new());
     let bytes = scaled_product();
     let reference = session(bytes.clone(), true);
-    let s = on(bytes, &p, true);
+    let s = strict_on(bytes, p.clone(), true);
     let weights = p.memory_stats().in_use_bytes;
     for (run, batch) in [3, 3, 3, 5, 3, 5, 5, 5].into_iter().enumerate() {
         let got = s.run(input(batch, run)).unwrap();
@@ -279,11 +270,11 @@ fn the_second_run_of_a_shape_is_recorded_and_later_runs_replay_it_with_their_own
 #[test]
 fn sessions_without_graphs_and_profiled_runs_never_record() {
     let p = Arc::new(Recorder::new());
-    let s = on(scaled_product(), &p, false);
+    let s = strict_on(scaled_product(), p.clone(), false);
     for run in 0..4 {
         s.run(input(2, run)).unwrap();
     }
-    let s2 = on(scaled_product(), &p, true);
+    let s2 = strict_on(scaled_product(), p.clone(), true);
     for run in 0..4 {
         s2.run_profiled(input(2, run)).unwrap();
     }
@@ -294,7 +285,7 @@ fn sessions_without_graphs_and_profiled_runs_never_record() {
 #[test]
 fn a_run_that_reads_a_device_value_is_declined_once_and_then_always_runs_eagerly() {
     let p = Arc::new(Recorder::new());
-    let s = on(if_on_input_data(), &p, true);
+    let s = strict_on(if_on_input_data(), p.clone(), true);
     let weights = p.memory_stats().in_use_bytes;
     for (run, (x, want)) in if_on_input_data_cases().into_iter().enumerate() {
         let o = s.run([("x", Value::Tensor(Tensor::from_vec(vec![3], x).unwrap()))]).unwrap();

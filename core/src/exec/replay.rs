@@ -104,11 +104,6 @@ impl Replays {
         Replays { enabled, slots: Mutex::new(HashMap::new()) }
     }
 
-    /// Whether replays are allowed at all.
-    pub fn enabled(&self) -> bool {
-        self.enabled
-    }
-
     /// How many input shapes have a recording now.
     pub fn recorded(&self) -> usize {
         self.slots().values().filter(|s| matches!(s, Slot::Ready(_))).count()

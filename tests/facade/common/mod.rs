@@ -119,6 +119,21 @@ pub fn session(bytes: Vec<u8>, release: bool) -> onyx::Session {
         .unwrap()
 }
 
+/// A strict session on `provider` (no CPU fallback), recording runs as CUDA
+/// graphs or not.
+pub fn strict_on(
+    bytes: Vec<u8>,
+    provider: std::sync::Arc<dyn onyx::core::ep::ExecutionProvider>,
+    graphs: bool,
+) -> onyx::Session {
+    onyx::Session::builder()
+        .with_provider(provider)
+        .with_strict(true)
+        .with_cuda_graphs(graphs)
+        .commit_from_bytes(bytes, None)
+        .unwrap()
+}
+
 /// Makes the first dimension of a declared value symbolic (`name`).
 pub fn symbolic_first_dim(v: &mut pb::ValueInfoProto, name: &str) {
     use pb::{tensor_shape_proto::dimension::Value as D, type_proto::Value as T};

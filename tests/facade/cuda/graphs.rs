@@ -5,15 +5,6 @@
 
 use super::*;
 
-fn graphs_session(bytes: Vec<u8>, p: &Arc<CudaProvider>, graphs: bool) -> onyx::Session {
-    onyx::Session::builder()
-        .with_provider(p.clone())
-        .with_strict(true)
-        .with_cuda_graphs(graphs)
-        .commit_from_bytes(bytes, None)
-        .unwrap()
-}
-
 /// `y = Softmax(Relu(MatMul(x, w) / x.shape[1]))` with a symbolic batch: the
 /// divisor is folded on the host from the shape at run time and uploaded as
 /// data, so replays also exercise the recording's page-locked copies.
@@ -50,8 +41,8 @@ fn recorded_runs_replay_new_inputs_exactly_as_runs_node_by_node() {
     let Some(p) = gpu() else { return };
     let bytes = scaled_product();
     let cpu = session(bytes.clone(), true);
-    let eager = graphs_session(bytes.clone(), &p, false);
-    let s = graphs_session(bytes, &p, true);
+    let eager = strict_on(bytes.clone(), p.clone(), false);
+    let s = strict_on(bytes, p.clone(), true);
     let weights = p.memory_stats().in_use_bytes;
     for (batch, runs) in [(4usize, 5u32), (9, 4), (4, 2)] {
         for seed in 0..runs {
@@ -84,7 +75,7 @@ fn recorded_runs_replay_new_inputs_exactly_as_runs_node_by_node() {
 #[test]
 fn a_run_that_reads_device_values_on_the_host_is_never_recorded_and_stays_right() {
     let Some(p) = gpu() else { return };
-    let s = graphs_session(if_on_input_data(), &p, true);
+    let s = strict_on(if_on_input_data(), p.clone(), true);
     let weights = p.memory_stats().in_use_bytes;
     for (run, (x, want)) in if_on_input_data_cases().into_iter().enumerate() {
         let o = s.run([("x", Value::Tensor(Tensor::from_vec(vec![3], x).unwrap()))]).unwrap();
@@ -99,7 +90,7 @@ fn a_replayed_chain_holds_the_plans_live_set_on_the_device_not_every_intermediat
     let Some(p) = gpu() else { return };
     const MIB: u64 = 1 << 20;
     let (bytes, shape) = chain(12, 64);
-    let s = graphs_session(bytes, &p, true);
+    let s = strict_on(bytes, p.clone(), true);
     p.reset_driver_peaks().unwrap();
     let mut last = None;
     for seed in 0..4 {

@@ -50,8 +50,8 @@ each is compared with onnxruntime's (largest absolute difference, and the
 
 Prints a table, and one JSON object per line (`"kind": "agreement"` per model,
 `"kind": "timing"` per model and thread count). With --profile, also prints
-`onyx bench --profile` at each thread count: time by op type in one run
-synchronized after every node.
+`onyx bench --profile` at each thread count: time by op type, each node's median
+over profiled runs synchronized after every node.
 """
 
 import argparse

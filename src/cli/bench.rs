@@ -41,6 +41,9 @@ pub fn bench(a: BenchArgs) -> Result<ExitCode> {
     if a.runs == 0 {
         bail!("--runs must be at least 1");
     }
+    if a.profile && a.profile_runs == 0 {
+        bail!("--profile-runs must be at least 1");
+    }
     let start = Instant::now();
     let session = open_timed(&a.model, &a.session)?;
     let create = start.elapsed();
@@ -58,8 +61,10 @@ pub fn bench(a: BenchArgs) -> Result<ExitCode> {
     let warm = Spread::of(&times);
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     let profile = if a.profile {
-        let o = session.run_profiled(values.clone()).context("profiled run")?;
-        Some(Profile::of(&session, &o))
+        let runs = (0..a.profile_runs)
+            .map(|_| session.run_profiled(values.clone()).context("profiled run"))
+            .collect::<Result<Vec<_>>>()?;
+        Some(Profile::of(&session, &runs))
     } else {
         None
     };
@@ -93,7 +98,10 @@ pub fn bench(a: BenchArgs) -> Result<ExitCode> {
         warm.median_ms, warm.min_ms, warm.p10_ms, warm.p90_ms, warm.max_ms, warm.runs, a.warmup
     );
     if let Some(p) = profile {
-        println!("profile  {:.3} ms over {} nodes (synchronized after each)", p.total_ms, p.nodes);
+        println!(
+            "profile  {:.3} ms over {} nodes (synchronized after each; medians of {} runs)",
+            p.total_ms, p.nodes, p.runs
+        );
         for o in p.by_op.iter().take(15) {
             println!(
                 "  {:<28} {:>5} nodes {:>9.3} ms {:>5.1}%",
@@ -119,9 +127,11 @@ fn open_timed(model: &std::path::Path, args: &super::SessionArgs) -> Result<onyx
 /// How many of the slowest nodes the text report lists.
 const SLOWEST: usize = 12;
 
-/// Time by op type in one profiled run.
+/// Time by op type over profiled runs: each node's median.
 #[derive(Debug, serde::Serialize)]
 pub struct Profile {
+    /// Profiled runs the medians are taken over.
+    pub runs: usize,
     pub total_ms: f64,
     pub nodes: usize,
     pub by_op: Vec<OpTime>,
@@ -129,7 +139,7 @@ pub struct Profile {
     pub by_node: Vec<NodeTime>,
 }
 
-/// One node's time in a profiled run.
+/// One node's median time over the profiled runs.
 #[derive(Debug, serde::Serialize)]
 pub struct NodeTime {
     pub node: String,
@@ -137,7 +147,7 @@ pub struct NodeTime {
     pub ms: f64,
 }
 
-/// One op type's share of a profiled run.
+/// One op type's share of the profiled time (sums of node medians).
 #[derive(Debug, serde::Serialize)]
 pub struct OpTime {
     pub op: String,
@@ -147,24 +157,41 @@ pub struct OpTime {
 }
 
 impl Profile {
-    fn of(session: &onyx::Session, o: &onyx::RunOutputs) -> Profile {
+    fn of(session: &onyx::Session, runs: &[onyx::RunOutputs]) -> Profile {
         let g = &session.model().graph;
         let mut op_of: std::collections::HashMap<String, String> =
             g.nodes.iter().map(|n| (n.name.clone(), n.op_type.clone())).collect();
         // Nodes compilation made (fused chains) are named only in the placement.
         op_of.extend(session.placement().into_iter().map(|(n, _)| (n.name, n.op_type)));
+        // Each step's times, in the order of the first run (control flow may
+        // run a step more than once, or not at all, in another run).
+        let mut order: Vec<&str> = Vec::new();
+        let mut times: std::collections::HashMap<&str, Vec<f64>> = Default::default();
+        for o in runs {
+            let mut this: std::collections::HashMap<&str, f64> = Default::default();
+            for step in &o.memory.timeline {
+                let Some(ms) = step.ms else { continue };
+                *this.entry(step.step.as_str()).or_default() += ms;
+            }
+            for (step, ms) in this {
+                let t = times.entry(step).or_default();
+                if t.is_empty() {
+                    order.push(step);
+                }
+                t.push(ms);
+            }
+        }
         let mut by: std::collections::BTreeMap<&str, (usize, f64)> = Default::default();
-        let mut nodes = 0;
         let mut by_node = Vec::new();
-        for step in &o.memory.timeline {
-            let Some(ms) = step.ms else { continue };
-            let op = op_of.get(step.step.as_str()).map_or("?", String::as_str);
+        for step in order {
+            let ms = median(&mut times[step].clone());
+            let op = op_of.get(step).map_or("?", String::as_str);
             let e = by.entry(op).or_default();
             e.0 += 1;
             e.1 += ms;
-            nodes += 1;
-            by_node.push(NodeTime { node: step.step.clone(), op: op.to_string(), ms });
+            by_node.push(NodeTime { node: step.to_string(), op: op.to_string(), ms });
         }
+        let nodes = by_node.len();
         by_node.sort_by(|a, b| b.ms.total_cmp(&a.ms));
         let total_ms: f64 = by.values().map(|(_, ms)| ms).sum();
         let mut by_op: Vec<OpTime> = by
@@ -177,8 +204,15 @@ impl Profile {
             })
             .collect();
         by_op.sort_by(|a, b| b.ms.total_cmp(&a.ms));
-        Profile { total_ms, nodes, by_op, by_node }
+        Profile { runs: runs.len(), total_ms, nodes, by_op, by_node }
     }
+}
+
+/// The median of `ms` (at least one), the mean of the middle two for an even count.
+fn median(ms: &mut [f64]) -> f64 {
+    ms.sort_by(f64::total_cmp);
+    let n = ms.len();
+    if n % 2 == 1 { ms[n / 2] } else { (ms[n / 2 - 1] + ms[n / 2]) / 2.0 }
 }
 
 #[cfg(test)]
@@ -191,5 +225,11 @@ mod tests {
         let s = Spread::of(&times);
         assert_eq!((s.runs, s.median_ms, s.min_ms, s.max_ms), (5, 3.0, 1.0, 5.0));
         assert_eq!((s.p10_ms, s.p90_ms), (1.0, 5.0));
+    }
+
+    #[test]
+    fn median_takes_the_middle_value_or_the_mean_of_the_middle_two() {
+        assert_eq!(median(&mut [3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&mut [4.0, 1.0, 3.0, 2.0]), 2.5);
     }
 }

@@ -97,10 +97,14 @@ struct BenchArgs {
     /// Timed runs.
     #[arg(long, default_value_t = 20)]
     runs: usize,
-    /// After the timed runs, one profiled run (devices synchronized after
-    /// every node): time by op type, and the slowest nodes.
+    /// After the timed runs, profiled runs (devices synchronized after
+    /// every node): each node's median time over them, by op type, and the
+    /// slowest nodes.
     #[arg(long)]
     profile: bool,
+    /// How many profiled runs `--profile` takes the median of.
+    #[arg(long, default_value_t = 20)]
+    profile_runs: usize,
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,

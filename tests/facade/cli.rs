@@ -263,6 +263,29 @@ fn bench_reports_session_first_run_and_warm_latency() {
     assert!(!onyx(&["bench", model.to_str().unwrap(), "--runs", "0"]).status.success());
 }
 
+#[test]
+fn bench_profile_reports_each_nodes_median_over_the_profiled_runs() {
+    let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/tiny_cnn.onnx");
+    let path = model.to_str().unwrap();
+    let args = ["bench", path, "--runs", "2", "--profile", "--profile-runs", "5", "--json"];
+    let o = onyx(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let p = &r["profile"];
+    assert_eq!(p["runs"], 5);
+    let nodes = p["by_node"].as_array().unwrap();
+    assert_eq!(p["nodes"].as_u64().unwrap() as usize, nodes.len());
+    assert!(!nodes.is_empty());
+    // Slowest first, and the op totals add up to the node medians.
+    let ms: Vec<f64> = nodes.iter().map(|n| n["ms"].as_f64().unwrap()).collect();
+    assert!(ms.windows(2).all(|w| w[0] >= w[1]), "{ms:?}");
+    let by_op: f64 = p["by_op"].as_array().unwrap().iter().map(|o| o["ms"].as_f64().unwrap()).sum();
+    assert!((by_op - ms.iter().sum::<f64>()).abs() < 1e-9);
+    assert!((p["total_ms"].as_f64().unwrap() - by_op).abs() < 1e-9);
+    let zero = onyx(&["bench", path, "--runs", "1", "--profile", "--profile-runs", "0"]);
+    assert!(!zero.status.success());
+}
+
 /// On Mesa lavapipe in CI; set `ONYX_SKIP_WGPU=1` on a machine with no adapter.
 #[cfg(feature = "wgpu")]
 #[test]

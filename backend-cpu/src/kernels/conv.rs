@@ -444,6 +444,11 @@ mod tests {
             // Rows wide enough for the four-vector runs, with a tail.
             ([1, 2, 4, 150], 3, 1, 1, [1, 1, 1, 1], 1),
             ([1, 2, 5, 301], 5, 2, 1, [2, 2, 2, 2], 1),
+            // 7-wide kernels (unrolled taps) and a channel multiplier on a
+            // wide row, with row and column tails.
+            ([1, 3, 9, 40], 7, 1, 1, [3, 3, 3, 3], 1),
+            ([1, 2, 11, 37], 7, 2, 1, [3, 2, 3, 1], 1),
+            ([1, 2, 6, 70], 3, 1, 1, [1, 1, 1, 1], 3),
         ];
         for (xs, k, s, d, pads, mult) in cases {
             let window = Window {

@@ -1,16 +1,19 @@
 //! Depthwise 2-D convolution (one input channel per group, any channel
 //! multiplier) in f32, computed directly: im2col + GEMM would run one tiny
-//! GEMM per channel. Two layouts, by the width of the output rows:
+//! GEMM per channel. One plane per task, vectorized along the rows (see
+//! [`depthwise2d`]); the common kernel widths and strides have their taps
+//! unrolled at compile time ([`Fixed`]).
 //!
-//! - wide rows: one plane per task, vectorized along the row (see
-//!   [`depthwise2d`]);
-//! - narrow rows (the last, 7 × 7 feature maps, where a row would fill
-//!   under half a vector): sixteen channels per task, vectorized across the
-//!   channels of a channel-interleaved copy (see [`blocked`]).
+//! Narrow rows (7 × 7 maps) leave most of a vector's lanes idle, but a
+//! channel-interleaved layout (sixteen channels per vector) measured slower
+//! once the taps were unrolled: 109 µs against 81 µs for PP-LCNet's 5 × 5
+//! depthwise Conv over 512 channels of 7 × 7 (1 thread), its interleaving
+//! copies costing more than the idle lanes.
 
 use onyx_core::ep::EpError;
 use onyx_core::ops::conv::Geometry;
 use onyx_core::ops::elementwise::UnaryKind;
+use pulp::{Simd, WithSimd};
 use rayon::prelude::*;
 
 use crate::par::Loop;
@@ -65,11 +68,6 @@ pub(super) fn depthwise2d(
         taps,
     };
     let out = io.output::<f32>(0)?;
-    if mg == 1 && ow < NARROW {
-        let k = Kernel { kh, kw, sh, sw, dh, dw };
-        blocked(x, wt, bias, out, (c, h, w), geo, k, activation);
-        return Ok(());
-    }
     out.par_chunks_mut((oh * ow).max(1)).enumerate().each_init(Vec::new, |buf, (plane, dst)| {
         let (b, om) = (plane / m, plane % m);
         let src = &x[(b * c + om / mg) * h * w..][..h * w];
@@ -129,34 +127,51 @@ impl Wide for PlaneTask<'_> {
             buf.clear();
             buf.resize(sw * rows * len, 0.0);
         }
-        for py in 0..rows {
+        pulp::Arch::new().dispatch(Fill { p, src, buf: &mut buf[..] });
+        // Common kernels (3, 5 or 7 wide, column stride 1 or 2, no column
+        // dilation) have their taps unrolled at compile time; others take the
+        // general loop.
+        let fixed = p.taps.iter().enumerate().all(|(kx, &t)| t == (kx % sw, kx / sw));
+        match (fixed, p.kw, sw) {
+            (true, 3, 1) => Fixed::<3, 1> { p, buf, k, start }.plane(dst),
+            (true, 3, 2) => Fixed::<3, 2> { p, buf, k, start }.plane(dst),
+            (true, 5, 1) => Fixed::<5, 1> { p, buf, k, start }.plane(dst),
+            (true, 5, 2) => Fixed::<5, 2> { p, buf, k, start }.plane(dst),
+            (true, 7, 1) => Fixed::<7, 1> { p, buf, k, start }.plane(dst),
+            (true, 7, 2) => Fixed::<7, 2> { p, buf, k, start }.plane(dst),
+            _ => Runs { p, buf, k, start }.plane(dst),
+        }
+    }
+}
+
+/// Copies the input plane into the interior of [`PlaneTask`]'s padded,
+/// phase-split buffer, in the widest vectors of this CPU.
+struct Fill<'a> {
+    p: &'a Plane,
+    src: &'a [f32],
+    buf: &'a mut [f32],
+}
+
+impl WithSimd for Fill<'_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn with_simd<V: Simd>(self, _: V) {
+        let Fill { p, src, buf } = self;
+        let len = p.len;
+        for py in 0..p.rows {
             let Some(iy) = py.checked_sub(p.pt).filter(|&iy| iy < p.h) else { continue };
             let srow = &src[iy * p.w..][..p.w];
-            if sw == 1 {
-                let row = &mut buf[py * len..][..len];
-                let start = p.pl.min(len);
-                let n = p.w.min(len - start);
-                row[start..start + n].copy_from_slice(&srow[..n]);
-                continue;
-            }
-            split_phases(p, py, srow, buf);
-        }
-        // Four vectors of independent sums hide the add latency: four runs
-        // of one row where rows are wide, one run of four rows elsewhere.
-        let runs = Runs { p, buf, k, start };
-        let wide = p.ow / (4 * LANES) * (4 * LANES);
-        for oy in 0..p.oh {
-            for ox in (0..wide).step_by(4 * LANES) {
-                runs.across(oy, ox, dst);
-            }
-        }
-        let tall = p.oh / 4 * 4;
-        for ox in (wide..p.ow).step_by(LANES) {
-            for oy in (0..tall).step_by(4) {
-                runs.four(oy, ox, dst);
-            }
-            for oy in tall..p.oh {
-                runs.one::<LANES>(oy, ox, dst);
+            match p.sw {
+                1 => {
+                    let row = &mut buf[py * len..][..len];
+                    let start = p.pl.min(len);
+                    let n = p.w.min(len - start);
+                    row[start..start + n].copy_from_slice(&srow[..n]);
+                }
+                // A literal stride: its divisions below become shifts.
+                2 => split_phases(p, 2, py, srow, buf),
+                sw => split_phases(p, sw, py, srow, buf),
             }
         }
     }
@@ -165,10 +180,11 @@ impl Wide for PlaneTask<'_> {
 /// Copies input row `srow` into the phase rows of padded row `py`: input
 /// column `ix` is padded column `ix + pl`, which goes to phase `(ix + pl) % sw`
 /// at `(ix + pl) / sw`. Whole groups of `sw` columns are dealt out together
-/// (a vectorizable de-interleave); columns past the phase rows are never read.
+/// (a vector de-interleave for stride 2); columns past the phase rows are
+/// never read.
 #[inline(always)]
-fn split_phases(p: &Plane, py: usize, srow: &[f32], buf: &mut [f32]) {
-    let (rows, len, sw, pl) = (p.rows, p.len, p.sw, p.pl);
+fn split_phases(p: &Plane, sw: usize, py: usize, srow: &[f32], buf: &mut [f32]) {
+    let (rows, len, pl) = (p.rows, p.len, p.pl);
     let at = |ix: usize| {
         let pc = ix + pl;
         let j = pc / sw;
@@ -188,9 +204,19 @@ fn split_phases(p: &Plane, py: usize, srow: &[f32], buf: &mut [f32]) {
         let (even, odd) = buf.split_at_mut(rows * len);
         let even = &mut even[py * len + j0..][..groups];
         let odd = &mut odd[py * len + j0..][..groups];
-        for ((e, o), pair) in even.iter_mut().zip(odd.iter_mut()).zip(body.chunks_exact(2)) {
-            *e = pair[0];
-            *o = pair[1];
+        // Sixteen pairs at a time, with constant indices: a pair of vector
+        // shuffles where the CPU has them.
+        let whole = groups / 16 * 16;
+        for (j, pairs) in body[..2 * whole].chunks_exact(32).enumerate() {
+            let pairs: &[f32; 32] = pairs.try_into().expect("32 floats");
+            let e: [f32; 16] = std::array::from_fn(|i| pairs[2 * i]);
+            let o: [f32; 16] = std::array::from_fn(|i| pairs[2 * i + 1]);
+            even[16 * j..][..16].copy_from_slice(&e);
+            odd[16 * j..][..16].copy_from_slice(&o);
+        }
+        for j in whole..groups {
+            even[j] = body[2 * j];
+            odd[j] = body[2 * j + 1];
         }
     } else {
         for q in 0..sw {
@@ -216,6 +242,29 @@ struct Runs<'a> {
 }
 
 impl Runs<'_> {
+    /// The whole output plane. Four vectors of independent sums hide the add
+    /// latency: four runs of one row where rows are wide, one run of four
+    /// rows elsewhere.
+    #[inline(always)]
+    fn plane(&self, dst: &mut [f32]) {
+        let p = self.p;
+        let wide = p.ow / (4 * LANES) * (4 * LANES);
+        for oy in 0..p.oh {
+            for ox in (0..wide).step_by(4 * LANES) {
+                self.across(oy, ox, dst);
+            }
+        }
+        let tall = p.oh / 4 * 4;
+        for ox in (wide..p.ow).step_by(LANES) {
+            for oy in (0..tall).step_by(4) {
+                self.four(oy, ox, dst);
+            }
+            for oy in tall..p.oh {
+                self.one::<LANES>(oy, ox, dst);
+            }
+        }
+    }
+
     /// Outputs `ox..ox + N` (those that exist) of row `oy`, summed over all
     /// taps in registers.
     #[inline(always)]
@@ -293,173 +342,138 @@ impl Runs<'_> {
     }
 }
 
-/// Output rows narrower than this go through [`blocked`]: measured on
-/// PP-LCNet's depthwise convolutions (1 thread), the blocked path takes 0.6×
-/// the plane path's time on 7-wide rows, but 1.1× on 14-wide and 2× on
-/// 28-wide ones, where its channel interleaving costs more than the lanes
-/// the plane path leaves idle.
-const NARROW: usize = 8;
-
-/// Channels [`blocked`] computes together (one vector of f32).
-const BLOCK: usize = 16;
-
-/// Kernel extent, strides and dilations (rows, columns).
-#[derive(Clone, Copy)]
-struct Kernel {
-    kh: usize,
-    kw: usize,
-    sh: usize,
-    sw: usize,
-    dh: usize,
-    dw: usize,
+/// [`Runs`] for a kernel `KW` columns wide read at column stride `S`
+/// without column dilation: tap `kx` reads phase `kx % S` at offset `kx / S`,
+/// both known at compile time, so the taps of a kernel row unroll into
+/// vector loads and multiply-adds with no index arithmetic between them.
+struct Fixed<'a, const KW: usize, const S: usize> {
+    p: &'a Plane,
+    buf: &'a [f32],
+    k: &'a [f32],
+    start: f32,
 }
 
-/// Depthwise convolution with one channel per group, [`BLOCK`] channels per
-/// task: the block is copied into a zero-padded, channel-interleaved buffer
-/// (`[row][column][channel]`), so every tap of every output position is one
-/// [`BLOCK`]-wide multiply-add, whatever the stride, and no lane is spent on
-/// the end of a short row. Taps are summed in the order of the plane path
-/// (bias first, then row by row), so both give the same floats.
-#[allow(clippy::too_many_arguments)]
-fn blocked(
-    x: &[f32],
-    wt: &[f32],
-    bias: Option<&[f32]>,
-    out: &mut [f32],
-    (c, h, w): (usize, usize, usize),
-    geo: &Geometry,
-    k: Kernel,
-    activation: Option<UnaryKind>,
-) {
-    let (oh, ow) = (geo.output[0], geo.output[1]);
-    let (pt, pl) = (geo.pads_begin[0], geo.pads_begin[1]);
-    if oh == 0 || ow == 0 {
-        return;
+impl<const KW: usize, const S: usize> Fixed<'_, KW, S> {
+    /// The whole output plane, in the widest vectors of this CPU.
+    #[inline(always)]
+    fn plane(&self, dst: &mut [f32]) {
+        pulp::Arch::new().dispatch(FixedPlane { f: self, dst });
     }
-    let hp = (oh - 1) * k.sh + (k.kh - 1) * k.dh + 1;
-    let wp = (ow - 1) * k.sw + (k.kw - 1) * k.dw + 1;
-    let (plane, oplane, taps) = (h * w, oh * ow, k.kh * k.kw);
-    // One task per (image, block of channels): its output planes are contiguous.
-    let tasks: Vec<(usize, usize, &mut [f32])> = out
-        .chunks_mut(c * oplane)
-        .enumerate()
-        .flat_map(|(b, img)| {
-            img.chunks_mut(BLOCK * oplane).enumerate().map(move |(blk, dst)| (b, blk, dst))
-        })
-        .collect();
-    tasks.into_par_iter().each_init(
-        || (Vec::new(), Vec::new(), Vec::new()),
-        |(pad, wblk, acc), (b, blk, dst)| {
-            let c0 = blk * BLOCK;
-            let nc = (c - c0).min(BLOCK);
-            if pad.len() != hp * wp * BLOCK {
-                pad.clear();
-                pad.resize(hp * wp * BLOCK, 0.0);
-            }
-            // Interior cells; the padding stays zero from the first fill.
-            let (first, cols) = (pl.min(wp), w.min(wp.saturating_sub(pl)));
-            for ch in 0..nc {
-                let src = &x[(b * c + c0 + ch) * plane..][..plane];
-                for py in 0..hp {
-                    let Some(iy) = py.checked_sub(pt).filter(|&iy| iy < h) else { continue };
-                    let cells = &mut pad[(py * wp + first) * BLOCK..][..cols * BLOCK];
-                    for (cell, &v) in cells.chunks_exact_mut(BLOCK).zip(&src[iy * w..][..cols]) {
-                        cell[ch] = v;
-                    }
-                }
-            }
-            wblk.clear();
-            wblk.resize(taps * BLOCK, 0.0);
-            for ch in 0..nc {
-                for t in 0..taps {
-                    wblk[t * BLOCK + ch] = wt[(c0 + ch) * taps + t];
-                }
-            }
-            let mut start = [0.0f32; BLOCK];
-            if let Some(bs) = bias {
-                start[..nc].copy_from_slice(&bs[c0..c0 + nc]);
-            }
-            acc.clear();
-            acc.resize(oplane * BLOCK, 0.0);
-            vectorized_wide(BlockTask { pad, wblk, start, acc, wp, ow, oh, k });
-            for ch in 0..nc {
-                let plane_out = &mut dst[ch * oplane..][..oplane];
-                for (o, cell) in plane_out.iter_mut().zip(acc.chunks_exact(BLOCK)) {
-                    *o = cell[ch];
-                }
-                if let Some(kind) = activation {
-                    activate(kind, plane_out);
-                }
-            }
-        },
-    );
 }
 
-/// The multiply-adds of one block of [`blocked`], compiled for the widest
-/// vector ISA.
-struct BlockTask<'a> {
-    pad: &'a [f32],
-    wblk: &'a [f32],
-    start: [f32; BLOCK],
-    acc: &'a mut [f32],
-    wp: usize,
-    ow: usize,
-    oh: usize,
-    k: Kernel,
+/// [`Fixed::plane`] for one instruction set.
+struct FixedPlane<'a, 'b, const KW: usize, const S: usize> {
+    f: &'a Fixed<'b, KW, S>,
+    dst: &'a mut [f32],
 }
 
-impl Wide for BlockTask<'_> {
+impl<const KW: usize, const S: usize> WithSimd for FixedPlane<'_, '_, KW, S> {
     type Output = ();
 
     #[inline(always)]
-    fn run(self) {
-        let BlockTask { pad, wblk, start, acc, wp, ow, oh, k } = self;
-        // Four output positions at once: four independent sums per tap hide
-        // the add latency, and each weight vector is loaded once for four.
-        let quads = ow / 4 * 4;
-        for oy in 0..oh {
-            for ox in (0..quads).step_by(4) {
-                let (mut a0, mut a1, mut a2, mut a3) = (start, start, start, start);
-                let step = k.sw * BLOCK;
-                for ky in 0..k.kh {
-                    let base = ((oy * k.sh + ky * k.dh) * wp + ox * k.sw) * BLOCK;
-                    for kx in 0..k.kw {
-                        let at = base + kx * k.dw * BLOCK;
-                        let wv = &wblk[(ky * k.kw + kx) * BLOCK..][..BLOCK];
-                        let v = |q: usize| &pad[at + q * step..][..BLOCK];
-                        for ((a, &v), &wv) in a0.iter_mut().zip(v(0)).zip(wv) {
-                            *a += v * wv;
-                        }
-                        for ((a, &v), &wv) in a1.iter_mut().zip(v(1)).zip(wv) {
-                            *a += v * wv;
-                        }
-                        for ((a, &v), &wv) in a2.iter_mut().zip(v(2)).zip(wv) {
-                            *a += v * wv;
-                        }
-                        for ((a, &v), &wv) in a3.iter_mut().zip(v(3)).zip(wv) {
-                            *a += v * wv;
-                        }
-                    }
+    fn with_simd<V: Simd>(self, simd: V) {
+        let FixedPlane { f, dst } = self;
+        let p = f.p;
+        let n = V::F32_LANES;
+        assert!(n <= LANES, "the padded rows hold runs of {LANES} floats");
+        assert_eq!(dst.len(), p.oh * p.ow);
+        // Four runs of a row at a time where rows are wide, then the rest of
+        // the columns a vector at a time, down four rows at a time.
+        let wide = p.ow / (4 * n) * (4 * n);
+        for oy in 0..p.oh {
+            for ox in (0..wide).step_by(4 * n) {
+                let acc = f.runs::<V, 4>(simd, oy, ox, n);
+                for (r, a) in acc.into_iter().enumerate() {
+                    store(simd, &mut dst[oy * p.ow + ox + r * n..][..n], a);
                 }
-                let dst = &mut acc[(oy * ow + ox) * BLOCK..][..4 * BLOCK];
-                for (d, a) in dst.chunks_exact_mut(BLOCK).zip([a0, a1, a2, a3]) {
-                    d.copy_from_slice(&a);
-                }
-            }
-            for ox in quads..ow {
-                let mut a = start;
-                for ky in 0..k.kh {
-                    let base = ((oy * k.sh + ky * k.dh) * wp + ox * k.sw) * BLOCK;
-                    for kx in 0..k.kw {
-                        let v = &pad[base + kx * k.dw * BLOCK..][..BLOCK];
-                        let wv = &wblk[(ky * k.kw + kx) * BLOCK..][..BLOCK];
-                        for ((a, &v), &wv) in a.iter_mut().zip(v).zip(wv) {
-                            *a += v * wv;
-                        }
-                    }
-                }
-                acc[(oy * ow + ox) * BLOCK..][..BLOCK].copy_from_slice(&a);
             }
         }
+        let tall = p.oh / 4 * 4;
+        for ox in (wide..p.ow).step_by(n) {
+            let cols = (p.ow - ox).min(n);
+            for oy in (0..tall).step_by(4) {
+                let acc = f.runs::<V, 4>(simd, oy, ox, p.sh * p.len);
+                f.store_rows(simd, acc, oy, ox, cols, dst);
+            }
+            // The last rows together too: one chain of sums per row would
+            // wait on each add.
+            let (oy, step) = (tall, p.sh * p.len);
+            match p.oh - tall {
+                1 => f.store_rows(simd, f.runs::<V, 1>(simd, oy, ox, step), oy, ox, cols, dst),
+                2 => f.store_rows(simd, f.runs::<V, 2>(simd, oy, ox, step), oy, ox, cols, dst),
+                3 => f.store_rows(simd, f.runs::<V, 3>(simd, oy, ox, step), oy, ox, cols, dst),
+                _ => {}
+            }
+        }
+    }
+}
+
+impl<const KW: usize, const S: usize> Fixed<'_, KW, S> {
+    /// `U` runs of one vector of outputs, the first at row `oy` and column
+    /// `ox` and the others `step` floats apart in the padded buffer, summed
+    /// over all taps (bias first, then row by row, as [`Runs`]).
+    #[inline(always)]
+    fn runs<V: Simd, const U: usize>(
+        &self,
+        simd: V,
+        oy: usize,
+        ox: usize,
+        step: usize,
+    ) -> [V::f32s; U] {
+        let p = self.p;
+        let n = V::F32_LANES;
+        let last_row = oy * p.sh + (p.kh - 1) * p.dh;
+        // The furthest float any load below reads, checked once for all of them.
+        let end = ((S - 1) * p.rows + last_row) * p.len + ox + (KW - 1) / S + (U - 1) * step + n;
+        assert!(last_row < p.rows && end <= self.buf.len());
+        let base = self.buf.as_ptr();
+        let mut acc = [simd.splat_f32s(self.start); U];
+        for ky in 0..p.kh {
+            let py = oy * p.sh + ky * p.dh;
+            let w: &[f32; KW] = self.k[ky * KW..][..KW].try_into().expect("KW taps");
+            for (kx, &wv) in w.iter().enumerate() {
+                let kv = simd.splat_f32s(wv);
+                let at = ((kx % S) * p.rows + py) * p.len + ox + kx / S;
+                for (r, a) in acc.iter_mut().enumerate() {
+                    // SAFETY: `at + r * step + n <= end <= buf.len()` (asserted
+                    // above: `at` grows with `kx % S`, `py` and `kx / S`, each
+                    // at most its value in `end`), and `V::f32s` is `n` plain
+                    // f32s, read unaligned.
+                    let v = unsafe { base.add(at + r * step).cast::<V::f32s>().read_unaligned() };
+                    *a = simd.mul_add_e_f32s(v, kv, *a);
+                }
+            }
+        }
+        acc
+    }
+}
+
+impl<const KW: usize, const S: usize> Fixed<'_, KW, S> {
+    /// Stores runs of consecutive rows from `oy`: `cols` outputs each from `ox`.
+    #[inline(always)]
+    fn store_rows<V: Simd, const U: usize>(
+        &self,
+        simd: V,
+        acc: [V::f32s; U],
+        oy: usize,
+        ox: usize,
+        cols: usize,
+        dst: &mut [f32],
+    ) {
+        let ow = self.p.ow;
+        for (r, a) in acc.into_iter().enumerate() {
+            store(simd, &mut dst[(oy + r) * ow + ox..][..cols], a);
+        }
+    }
+}
+
+/// Writes the first `dst.len()` (at most a vector's) lanes of `v`.
+#[inline(always)]
+fn store<V: Simd>(simd: V, dst: &mut [f32], v: V::f32s) {
+    if dst.len() == V::F32_LANES {
+        let (whole, _) = V::as_mut_simd_f32s(dst);
+        whole[0] = v;
+    } else {
+        simd.partial_store_f32s(dst, v);
     }
 }

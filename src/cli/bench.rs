@@ -61,8 +61,13 @@ pub fn bench(a: BenchArgs) -> Result<ExitCode> {
     let warm = Spread::of(&times);
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     let profile = if a.profile {
+        // Only the step times are kept: holding every run's outputs would make
+        // each run write to fresh pages, and time the page faults.
         let runs = (0..a.profile_runs)
-            .map(|_| session.run_profiled(values.clone()).context("profiled run"))
+            .map(|_| {
+                let o = session.run_profiled(values.clone()).context("profiled run")?;
+                Ok(o.memory.timeline.into_iter().filter_map(|s| Some((s.step, s.ms?))).collect())
+            })
             .collect::<Result<Vec<_>>>()?;
         Some(Profile::of(&session, &runs))
     } else {
@@ -157,21 +162,21 @@ pub struct OpTime {
 }
 
 impl Profile {
-    fn of(session: &onyx::Session, runs: &[onyx::RunOutputs]) -> Profile {
+    /// The profile of runs given as each run's timed steps, in order.
+    fn of(session: &onyx::Session, runs: &[Vec<(String, f64)>]) -> Profile {
         let g = &session.model().graph;
         let mut op_of: std::collections::HashMap<String, String> =
             g.nodes.iter().map(|n| (n.name.clone(), n.op_type.clone())).collect();
         // Nodes compilation made (fused chains) are named only in the placement.
         op_of.extend(session.placement().into_iter().map(|(n, _)| (n.name, n.op_type)));
-        // Each step's times, in the order of the first run (control flow may
-        // run a step more than once, or not at all, in another run).
+        // Each step's time per run, summed within a run (control flow may run
+        // a step more than once in one run, or not at all in another).
         let mut order: Vec<&str> = Vec::new();
         let mut times: std::collections::HashMap<&str, Vec<f64>> = Default::default();
-        for o in runs {
+        for steps in runs {
             let mut this: std::collections::HashMap<&str, f64> = Default::default();
-            for step in &o.memory.timeline {
-                let Some(ms) = step.ms else { continue };
-                *this.entry(step.step.as_str()).or_default() += ms;
+            for (step, ms) in steps {
+                *this.entry(step.as_str()).or_default() += ms;
             }
             for (step, ms) in this {
                 let t = times.entry(step).or_default();

@@ -183,6 +183,9 @@ fn conv<T: GemmType + bytemuck::Pod + num_traits::Zero>(
     if cg == 1 && g > 1 && xs.len() == 4 && TypeId::of::<T>() == TypeId::of::<f32>() {
         return super::depthwise::depthwise2d(io, &xs, mg, &geo, activation);
     }
+    if TypeId::of::<T>() == TypeId::of::<f32>() && super::direct::supports(g, &xs, &geo) {
+        return super::direct::direct2d(io, &xs, m, &geo, activation);
+    }
     let ks: usize = kernel.iter().product();
     let is: usize = xs[2..].iter().product();
     let os: usize = geo.output.iter().product();
@@ -426,6 +429,48 @@ mod tests {
             }
         }
         out
+    }
+
+    #[test]
+    fn direct_convolution_of_few_channels_matches_a_naive_one() {
+        // (input dims, output channels, kernel, stride, pads): a partial block
+        // of output channels, several bands of rows, row tails, two images.
+        let cases = [
+            ([1, 3, 37, 40], 16, 3, 2, [1, 1, 1, 1]),
+            ([2, 1, 20, 17], 5, 3, 1, [1, 1, 1, 1]),
+            ([1, 4, 19, 50], 11, 5, 2, [2, 1, 2, 2]),
+            ([1, 2, 12, 23], 9, 7, 1, [3, 3, 3, 3]),
+            ([1, 3, 30, 41], 8, 7, 2, [3, 3, 3, 3]),
+        ];
+        for (xs, m, k, s, pads) in cases {
+            let window = Window {
+                kernel: Some(vec![k, k]),
+                strides: Some(vec![s, s]),
+                dilations: None,
+                pads: Some(pads.to_vec()),
+                auto_pad: AutoPad::NotSet,
+                ceil_mode: false,
+            };
+            let geo = window.geometry(&xs[2..], &[k, k]).unwrap();
+            assert!(super::super::direct::supports(1, &xs, &geo), "{xs:?} kernel {k}");
+            let ws = [m, xs[1], k, k];
+            let mut x: Vec<f32> =
+                (0..xs.iter().product::<usize>()).map(|i| ((i * 7) % 13) as f32 - 6.0).collect();
+            let mut w: Vec<f32> = (0..ws.iter().product::<usize>())
+                .map(|i| ((i * 5) % 11) as f32 * 0.25 - 1.0)
+                .collect();
+            let mut b: Vec<f32> = (0..m).map(|i| i as f32 * 0.5).collect();
+            let want = naive(&x, xs, &w, ws, &b, 1, &geo);
+            let os = [xs[0], m, geo.output[0], geo.output[1]];
+            let mut out = vec![f32::NAN; want.len()];
+            let io = KernelIo {
+                inputs: vec![view(&mut x, &xs), view(&mut w, &ws), view(&mut b, &[m])],
+                outputs: vec![view(&mut out, &os)],
+                values: vec![],
+            };
+            conv::<f32>(&io, &Conv { window, group: 1 }, None).unwrap();
+            assert_eq!(out, want, "input {xs:?}, {m} outputs, kernel {k}, stride {s}");
+        }
     }
 
     #[test]

@@ -38,8 +38,6 @@ pub(super) fn depthwise2d(
     let (c, h, w) = (xs[1], xs[2], xs[3]);
     let (kh, kw) = (geo.kernel[0], geo.kernel[1]);
     let (oh, ow) = (geo.output[0], geo.output[1]);
-    let (sh, sw) = (geo.strides[0], geo.strides[1].max(1));
-    let (dh, dw) = (geo.dilations[0], geo.dilations[1]);
     let m = c * mg;
     let x = io.input::<f32>(0)?;
     let wt = io.input::<f32>(1)?;
@@ -47,26 +45,7 @@ pub(super) fn depthwise2d(
         Some(_) => Some(io.input::<f32>(2)?),
         None => None,
     };
-    // Per tap kx: its phase and its offset within a phase row.
-    let taps: Vec<(usize, usize)> = (0..kw).map(|kx| ((kx * dw) % sw, (kx * dw) / sw)).collect();
-    let reach = taps.iter().map(|t| t.1).max().unwrap_or(0);
-    let p = Plane {
-        h,
-        w,
-        kh,
-        kw,
-        oh,
-        ow,
-        sh,
-        sw,
-        dh,
-        pt: geo.pads_begin[0],
-        pl: geo.pads_begin[1],
-        rows: if oh == 0 { 0 } else { (oh - 1) * sh + (kh - 1) * dh + 1 },
-        // Whole runs of LANES from every output column and tap stay inside.
-        len: ow + reach + LANES,
-        taps,
-    };
+    let p = Plane::new(h, w, geo);
     let out = io.output::<f32>(0)?;
     out.par_chunks_mut((oh * ow).max(1)).enumerate().each_init(Vec::new, |buf, (plane, dst)| {
         let (b, om) = (plane / m, plane % m);
@@ -81,27 +60,77 @@ pub(super) fn depthwise2d(
     Ok(())
 }
 
-/// Outputs a depthwise convolution accumulates together, in registers.
-const LANES: usize = 16;
+/// The most outputs a run of one vector covers (16 f32 in AVX-512): the
+/// padded rows hold that many floats past every output column.
+pub(super) const LANES: usize = 16;
 
-/// The geometry of one depthwise plane and of its padded, phase-split copy.
-struct Plane {
-    h: usize,
-    w: usize,
-    kh: usize,
-    kw: usize,
-    oh: usize,
-    ow: usize,
-    sh: usize,
-    sw: usize,
-    dh: usize,
+/// The geometry of one input plane of a 2-D convolution, and of its
+/// zero-padded, phase-split copy (see [`depthwise2d`]).
+pub(super) struct Plane {
+    pub(super) h: usize,
+    pub(super) w: usize,
+    pub(super) kh: usize,
+    pub(super) kw: usize,
+    pub(super) oh: usize,
+    pub(super) ow: usize,
+    pub(super) sh: usize,
+    pub(super) sw: usize,
+    pub(super) dh: usize,
     /// Padding before the first row and column.
-    pt: usize,
-    pl: usize,
+    pub(super) pt: usize,
+    pub(super) pl: usize,
     /// Padded rows read, and the length of each phase row.
-    rows: usize,
-    len: usize,
-    taps: Vec<(usize, usize)>,
+    pub(super) rows: usize,
+    pub(super) len: usize,
+    pub(super) taps: Vec<(usize, usize)>,
+}
+
+impl Plane {
+    /// The plane of an `h × w` input under `geo` (2-D).
+    pub(super) fn new(h: usize, w: usize, geo: &Geometry) -> Plane {
+        let (kh, kw) = (geo.kernel[0], geo.kernel[1]);
+        let (oh, ow) = (geo.output[0], geo.output[1]);
+        let (sh, sw) = (geo.strides[0], geo.strides[1].max(1));
+        let (dh, dw) = (geo.dilations[0], geo.dilations[1]);
+        // Per tap kx: its phase and its offset within a phase row.
+        let taps: Vec<(usize, usize)> =
+            (0..kw).map(|kx| ((kx * dw) % sw, (kx * dw) / sw)).collect();
+        let reach = taps.iter().map(|t| t.1).max().unwrap_or(0);
+        Plane {
+            h,
+            w,
+            kh,
+            kw,
+            oh,
+            ow,
+            sh,
+            sw,
+            dh,
+            pt: geo.pads_begin[0],
+            pl: geo.pads_begin[1],
+            rows: if oh == 0 { 0 } else { (oh - 1) * sh + (kh - 1) * dh + 1 },
+            // Whole runs of LANES from every output column and tap stay inside.
+            len: ow + reach + LANES,
+            taps,
+        }
+    }
+
+    /// Floats of the padded, phase-split copy.
+    pub(super) fn size(&self) -> usize {
+        self.sw * self.rows * self.len
+    }
+
+    /// Whether tap `kx` reads phase `kx % sw` at offset `kx / sw` (no column
+    /// dilation), as [`Fixed`] and the direct Conv assume.
+    pub(super) fn undilated(&self) -> bool {
+        self.taps.iter().enumerate().all(|(kx, &t)| t == (kx % self.sw, kx / self.sw))
+    }
+
+    /// Copies input plane `src` into the interior of `buf` (of [`Plane::size`]
+    /// floats, whose padding cells are zero and stay so).
+    pub(super) fn fill(&self, src: &[f32], buf: &mut [f32]) {
+        pulp::Arch::new().dispatch(Fill { p: self, src, buf });
+    }
 }
 
 /// One output plane of [`depthwise2d`], compiled for the widest vector ISA.
@@ -120,19 +149,18 @@ impl Wide for PlaneTask<'_> {
     #[inline(always)]
     fn run(self) {
         let PlaneTask { p, src, k, start, buf, dst } = self;
-        let (rows, len, sw) = (p.rows, p.len, p.sw);
+        let sw = p.sw;
         // Every plane of a call has the same geometry, so the padding cells are
         // the same: zeroed once per buffer, never written afterwards.
-        if buf.len() != sw * rows * len {
+        if buf.len() != p.size() {
             buf.clear();
-            buf.resize(sw * rows * len, 0.0);
+            buf.resize(p.size(), 0.0);
         }
-        pulp::Arch::new().dispatch(Fill { p, src, buf: &mut buf[..] });
+        p.fill(src, buf);
         // Common kernels (3, 5 or 7 wide, column stride 1 or 2, no column
         // dilation) have their taps unrolled at compile time; others take the
         // general loop.
-        let fixed = p.taps.iter().enumerate().all(|(kx, &t)| t == (kx % sw, kx / sw));
-        match (fixed, p.kw, sw) {
+        match (p.undilated(), p.kw, sw) {
             (true, 3, 1) => Fixed::<3, 1> { p, buf, k, start }.plane(dst),
             (true, 3, 2) => Fixed::<3, 2> { p, buf, k, start }.plane(dst),
             (true, 5, 1) => Fixed::<5, 1> { p, buf, k, start }.plane(dst),
@@ -469,7 +497,7 @@ impl<const KW: usize, const S: usize> Fixed<'_, KW, S> {
 
 /// Writes the first `dst.len()` (at most a vector's) lanes of `v`.
 #[inline(always)]
-fn store<V: Simd>(simd: V, dst: &mut [f32], v: V::f32s) {
+pub(super) fn store<V: Simd>(simd: V, dst: &mut [f32], v: V::f32s) {
     if dst.len() == V::F32_LANES {
         let (whole, _) = V::as_mut_simd_f32s(dst);
         whole[0] = v;

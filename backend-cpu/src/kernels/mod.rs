@@ -14,6 +14,7 @@ mod cast;
 mod causal;
 mod conv;
 mod depthwise;
+mod direct;
 mod dispatch;
 mod domains;
 mod einsum;

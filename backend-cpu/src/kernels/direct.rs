@@ -32,13 +32,15 @@ const MAX_CHANNELS: usize = 4;
 /// Output rows per task.
 const ROWS: usize = 8;
 
-/// Whether [`direct2d`] computes this convolution: one group, 2-D, 1 to
-/// [`MAX_CHANNELS`] input channels, a kernel 3, 5 or 7 wide at column stride
-/// 1 or 2 without column dilation, and rows of at least a vector's outputs.
+/// Whether [`direct2d`] computes this convolution: one group, 2-D, a
+/// non-empty input of 1 to [`MAX_CHANNELS`] channels, a kernel 3, 5 or 7
+/// wide at column stride 1 or 2 without column dilation, and rows of at
+/// least a vector's outputs.
 pub(super) fn supports(group: usize, xs: &[usize], geo: &Geometry) -> bool {
     xs.len() == 4
         && group == 1
         && (1..=MAX_CHANNELS).contains(&xs[1])
+        && xs[2] * xs[3] > 0
         && matches!(geo.kernel[1], 3 | 5 | 7)
         && matches!(geo.strides[1], 1 | 2)
         && geo.dilations[1] == 1

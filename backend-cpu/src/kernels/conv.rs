@@ -191,10 +191,7 @@ fn conv<T: GemmType + bytemuck::Pod + num_traits::Zero>(
     let os: usize = geo.output.iter().product();
     let x = io.input::<T>(0)?;
     let w = io.input::<T>(1)?;
-    let bias = match io.input_view(2) {
-        Some(_) => Some(io.input::<T>(2)?),
-        None => None,
-    };
+    let bias = io.optional_input::<T>(2)?;
     let out = io.output::<T>(0)?;
     let pointwise = ks == 1
         && geo.strides.iter().all(|&s| s == 1)

@@ -41,10 +41,7 @@ pub(super) fn depthwise2d(
     let m = c * mg;
     let x = io.input::<f32>(0)?;
     let wt = io.input::<f32>(1)?;
-    let bias = match io.input_view(2) {
-        Some(_) => Some(io.input::<f32>(2)?),
-        None => None,
-    };
+    let bias = io.optional_input::<f32>(2)?;
     let p = Plane::new(h, w, geo);
     let out = io.output::<f32>(0)?;
     out.par_chunks_mut((oh * ow).max(1)).enumerate().each_init(Vec::new, |buf, (plane, dst)| {

@@ -57,10 +57,7 @@ pub(super) fn direct2d(
     activation: Option<UnaryKind>,
 ) -> Result<(), EpError> {
     let (x, wt, out) = (io.input::<f32>(0)?, io.input::<f32>(1)?, io.output::<f32>(0)?);
-    let bias = match io.input_view(2) {
-        Some(_) => Some(io.input::<f32>(2)?),
-        None => None,
-    };
+    let bias = io.optional_input::<f32>(2)?;
     let (n, c, h, w) = (xs[0], xs[1], xs[2], xs[3]);
     let p = Plane::new(h, w, geo);
     let (oh, ow) = (p.oh, p.ow);

@@ -208,6 +208,14 @@ impl KernelIo {
         self.inputs.get(i).and_then(Option::as_ref)
     }
 
+    /// Optional input `i` as a slice of `T`, `None` when absent.
+    ///
+    /// # Errors
+    /// As [`KernelIo::input`], when present.
+    pub fn optional_input<T: bytemuck::Pod>(&self, i: usize) -> Result<Option<&[T]>, EpError> {
+        self.input_view(i).map(|_| self.input::<T>(i)).transpose()
+    }
+
     /// The view of a required input.
     ///
     /// # Errors

@@ -3,6 +3,9 @@
 # in the repository root, .dev/ with binaries built here (x86-64) by
 #   cargo build --release --features cuda && cargo build --release -p onyx-cuda --example cuda_kernel_bench (copied to .dev/kernel_bench)
 #   cargo test --release --features cuda --test cuda --no-run   (copied to .dev/cuda_tests)
+# and, for STEPS=attention, optionally .dev/attention_harness (benches/cuda/attention_harness.cu built
+# with nvcc: the pip wheels nvidia-cuda-nvcc, nvidia-nvvm, nvidia-cuda-runtime and nvidia-cuda-crt
+# give a CUDA 13 nvcc here; with -cudart static the binary needs only the driver there)
 # and STEPS (space-separated) choosing what to run: probe tests kernels attention models gputrace ncu conformance.
 # Results go to /tmp/res as JSON lines and logs, packed into $OUT/results.tgz at the end.
 set -u
@@ -40,6 +43,11 @@ fi
 
 if has attention; then
     python3 benches/attention_bench.py | tee "$RES/attention_torch.jsonl"
+    # Onyx's attention kernels alone: .dev/attention_harness if carried (built here with the
+    # pip CUDA 13 nvcc), else built with the machine's nvcc.
+    H=$BIN/attention_harness
+    [ -x "$H" ] || { H=/tmp/attention_harness; nvcc -O3 -std=c++17 -arch=sm_90 -I kernels/cuda -o $H benches/cuda/attention_harness.cu; }
+    $H | tee "$RES/attention_onyx.jsonl"
     # Registers and spills of the attention kernels (NVRTC compiles the same source for sm_90).
     nvcc --resource-usage -arch=sm_90 -c -o /tmp/attention.o kernels/cuda/attention.cu 2>&1 \
         | grep -E "Function properties|registers|spill" | tee "$RES/attention_resources.txt"

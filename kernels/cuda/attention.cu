@@ -352,3 +352,267 @@ __device__ void attention_mma(const AttnArgs& a, const u16* q, const u16* k, con
 MMA(32)
 MMA(64)
 MMA(128)
+
+// ---------------------------------------------------------------- tensor-core tiles, key-only masks
+
+// `attention_fa{D}_{f16,bf16}` and `attention_fam{D}_{f16,bf16}`: the
+// encoder's case (no causal cut) with FlashAttention-2's work split. Each
+// warp holds WM m16 tiles (32 query rows for heads up to 64), so every K and
+// V fragment read from shared memory feeds WM tensor-core products; a block
+// has blockDim.x / 32 warps (2 to 4). Per-lane shared-memory addresses are
+// computed once, so the tile loop is products, exponentials and little else.
+// - `fa`: no mask, or one the same for every query row (a padding mask of
+//   `[batch, 1, 1, keys]`). The keys' terms are staged per tile in shared
+//   memory, read into registers while the previous tile's products run.
+// - `fam`: an additive mask of the inputs' dtype with a row per query (what
+//   transformers' eager attention builds, `[batch, 1, q, keys]`). The block's
+//   rows of each key tile travel with K and V by `cp.async` into dynamic
+//   shared memory (2 stages × rows × (64 + 8) values), 16-byte aligned rows
+//   and a key count that is a multiple of 8 required, and equal to the mask's.
+__device__ __forceinline__ u32 smem_addr(const void* p) {
+    u64 g;
+    asm("cvta.to.shared.u64 %0, %1;" : "=l"(g) : "l"(p));
+    return (u32)g;
+}
+template <bool TRANS>
+__device__ __forceinline__ void ldsm4a(u32* r, u32 a) {
+    if constexpr (TRANS)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a) : "memory");
+    else
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a) : "memory");
+}
+__device__ __forceinline__ float ex2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+template <bool BF, int D, int WM, bool ROWS>
+__device__ void attention_fa(const AttnArgs& a, const u16* q, const u16* k, const u16* v, const void* m, u16* y) {
+    constexpr int BK = 64, KP = D + 8, RB = KP * 2;  // RB: a padded row in bytes
+    constexpr int MP = BK + 8;                      // a padded mask row (values)
+    constexpr int STAGES = D <= 64 ? 2 : 1;
+    __shared__ __align__(16) u16 ks[STAGES][BK * KP];
+    __shared__ __align__(16) u16 vs[STAGES][BK * KP];
+    __shared__ float mk[STAGES][BK];  // the keys' mask terms, -inf past the keys
+    extern __shared__ __align__(16) u16 mrows[];  // ROWS: [STAGES][block rows][MP]
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int g = lane >> 2, t = lane & 3;
+    const int h = blockIdx.y, b = blockIdx.z, kh = h / a.group;
+    const int block_rows = (blockDim.x >> 5) * 16 * WM, block_row0 = blockIdx.x * block_rows;
+    const int row0 = block_row0 + warp * 16 * WM;
+    const u16* qb = q + b * a.q_stride[0] + h * a.q_stride[1];
+    const u16* kb = k + b * a.k_stride[0] + kh * a.k_stride[1];
+    const u16* vb = v + b * a.v_stride[0] + kh * a.v_stride[1];
+    const i64 mrow = b * a.m_stride[0] + h * a.m_stride[1];
+
+    u32 qa[WM][D / 16][4];
+#pragma unroll
+    for (int w = 0; w < WM; ++w) {
+        const int r0 = row0 + w * 16 + g, r1 = r0 + 8;
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) {
+            const int c = kk * 16 + t * 2;
+            qa[w][kk][0] = r0 < a.q_len ? ld2(qb + r0 * a.q_stride[2] + c) : 0u;
+            qa[w][kk][1] = r1 < a.q_len ? ld2(qb + r1 * a.q_stride[2] + c) : 0u;
+            qa[w][kk][2] = r0 < a.q_len ? ld2(qb + r0 * a.q_stride[2] + c + 8) : 0u;
+            qa[w][kk][3] = r1 < a.q_len ? ld2(qb + r1 * a.q_stride[2] + c + 8) : 0u;
+        }
+    }
+    float o[WM][D / 8][4];
+#pragma unroll
+    for (int w = 0; w < WM; ++w)
+#pragma unroll
+        for (int n = 0; n < D / 8; ++n) o[w][n][0] = o[w][n][1] = o[w][n][2] = o[w][n][3] = 0.f;
+    float mx[WM][2], l[WM][2];
+#pragma unroll
+    for (int w = 0; w < WM; ++w) mx[w][0] = mx[w][1] = neg_inf(), l[w][0] = l[w][1] = 0.f;
+    // Scores are kept in natural units (s · scale + mask) and turned into
+    // powers of two by one multiply-add before each exponential.
+
+    // The mask term of key `key`, read by the block's first BK threads.
+    auto term = [&](int key) {
+        if constexpr (ROWS) return 0.f;  // unused: the rows' terms are read in the tile loop
+        return key >= a.kv_len ? neg_inf() : (a.mask_kind ? mask_term(a, m, mrow, key) : 0.f);
+    };
+    const u16* mb = (const u16*)m + mrow;
+    auto load = [&](int k0, int st) {
+        for (int c = threadIdx.x; c < BK * D / 8; c += blockDim.x) {
+            const int row = c / (D / 8), col = (c % (D / 8)) * 8, key = k0 + row;
+            const bool ok = key < a.kv_len;
+            cp_async16(&ks[st][row * KP + col], ok ? kb + key * a.k_stride[2] + col : kb, ok);
+            cp_async16(&vs[st][row * KP + col], ok ? vb + key * a.v_stride[2] + col : vb, ok);
+        }
+        if constexpr (ROWS) {
+            u16* ms = mrows + st * block_rows * MP;
+            // Keys past the end (whole chunks: the key count is a multiple of 8) get -inf.
+            const uint4 ninf = BF ? make_uint4(0xff80ff80u, 0xff80ff80u, 0xff80ff80u, 0xff80ff80u)
+                                  : make_uint4(0xfc00fc00u, 0xfc00fc00u, 0xfc00fc00u, 0xfc00fc00u);
+            for (int c = threadIdx.x; c < block_rows * BK / 8; c += blockDim.x) {
+                const int row = c / (BK / 8), col = (c % (BK / 8)) * 8, qrow = block_row0 + row;
+                if (k0 + col >= a.kv_len) {
+                    *(uint4*)(ms + row * MP + col) = ninf;
+                } else {
+                    const bool ok = qrow < a.q_len;
+                    cp_async16(ms + row * MP + col, ok ? mb + qrow * a.m_stride[2] + k0 + col : mb, ok);
+                }
+            }
+        }
+        cp_commit();
+    };
+    // Per-lane byte offsets of the ldmatrix rows: K's rows by lane & 7 and
+    // columns by matrix (lane >> 3); V's rows by lane & 15, columns by lane >> 4.
+    const u32 k_lane = (lane & 7) * RB + (lane >> 3) * 16;
+    const u32 v_lane = ((lane & 7) + ((lane >> 3) & 1) * 8) * RB + (lane >> 4) * 16;
+    const int tiles = (a.kv_len + BK - 1) / BK;
+    float next_term = threadIdx.x < BK ? term(threadIdx.x) : 0.f;
+    if (tiles > 0) load(0, 0);
+    if (threadIdx.x < BK) mk[0][threadIdx.x] = next_term;
+    for (int it = 0; it < tiles; ++it) {
+        const int st = STAGES == 2 ? (it & 1) : 0;
+        const bool more = it + 1 < tiles;
+        if (more && threadIdx.x < BK) next_term = term((it + 1) * BK + threadIdx.x);
+        if (STAGES == 2 && more) {
+            load((it + 1) * BK, st ^ 1);
+            cp_wait<1>();
+        } else {
+            cp_wait<0>();
+        }
+        __syncthreads();
+        const u32 kbase = smem_addr(ks[st]) + k_lane, vbase = smem_addr(vs[st]) + v_lane;
+
+        float s[WM][BK / 8][4];
+#pragma unroll
+        for (int w = 0; w < WM; ++w)
+#pragma unroll
+            for (int j = 0; j < BK / 8; ++j) s[w][j][0] = s[w][j][1] = s[w][j][2] = s[w][j][3] = 0.f;
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk += 2) {
+#pragma unroll
+            for (int j = 0; j < BK / 8; ++j) {
+                u32 f[4];
+                ldsm4a<false>(f, kbase + j * 8 * RB + kk * 32);
+#pragma unroll
+                for (int w = 0; w < WM; ++w) {
+                    mma16816<BF>(s[w][j], qa[w][kk], f[0], f[1]);
+                    mma16816<BF>(s[w][j], qa[w][kk + 1], f[2], f[3]);
+                }
+            }
+        }
+        u32 pa[WM][BK / 16][4];
+#pragma unroll
+        for (int w = 0; w < WM; ++w) {
+            float tmax[2] = {neg_inf(), neg_inf()};
+#pragma unroll
+            for (int j = 0; j < BK / 8; ++j) {
+                if constexpr (ROWS) {
+                    const u16* mr = mrows + (st * block_rows + warp * 16 * WM + w * 16 + g) * MP + j * 8 + t * 2;
+                    const u32 lo = *(const u32*)mr, hi = *(const u32*)(mr + 8 * MP);
+                    s[w][j][0] = fmaf(s[w][j][0], a.scale, half_to_f32<BF>((u16)lo));
+                    s[w][j][1] = fmaf(s[w][j][1], a.scale, half_to_f32<BF>((u16)(lo >> 16)));
+                    s[w][j][2] = fmaf(s[w][j][2], a.scale, half_to_f32<BF>((u16)hi));
+                    s[w][j][3] = fmaf(s[w][j][3], a.scale, half_to_f32<BF>((u16)(hi >> 16)));
+                } else {
+                    const float2 mt = *(const float2*)&mk[st][j * 8 + t * 2];
+                    s[w][j][0] = fmaf(s[w][j][0], a.scale, mt.x);
+                    s[w][j][1] = fmaf(s[w][j][1], a.scale, mt.y);
+                    s[w][j][2] = fmaf(s[w][j][2], a.scale, mt.x);
+                    s[w][j][3] = fmaf(s[w][j][3], a.scale, mt.y);
+                }
+                tmax[0] = fmaxf(tmax[0], fmaxf(s[w][j][0], s[w][j][1]));
+                tmax[1] = fmaxf(tmax[1], fmaxf(s[w][j][2], s[w][j][3]));
+            }
+            float base[2];
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                tmax[r] = fmaxf(tmax[r], __shfl_xor_sync(0xffffffffu, tmax[r], 1));
+                tmax[r] = fmaxf(tmax[r], __shfl_xor_sync(0xffffffffu, tmax[r], 2));
+                const float nm = fmaxf(mx[w][r], tmax[r]);
+                // A row masked so far keeps 0 as its reference (no inf - inf).
+                const float ref = nm == neg_inf() ? 0.f : nm;
+                base[r] = -ref * LOG2E;
+                const float corr = ex2((mx[w][r] - ref) * LOG2E);
+                mx[w][r] = nm;
+                l[w][r] *= corr;
+#pragma unroll
+                for (int n = 0; n < D / 8; ++n) {
+                    o[w][n][2 * r] *= corr;
+                    o[w][n][2 * r + 1] *= corr;
+                }
+            }
+#pragma unroll
+            for (int j = 0; j < BK / 8; ++j) {
+                const float p0 = ex2(fmaf(s[w][j][0], LOG2E, base[0]));
+                const float p1 = ex2(fmaf(s[w][j][1], LOG2E, base[0]));
+                const float p2 = ex2(fmaf(s[w][j][2], LOG2E, base[1]));
+                const float p3 = ex2(fmaf(s[w][j][3], LOG2E, base[1]));
+                l[w][0] += p0 + p1;
+                l[w][1] += p2 + p3;
+                pa[w][j / 2][(j & 1) * 2] = pack2<BF>(p0, p1);
+                pa[w][j / 2][(j & 1) * 2 + 1] = pack2<BF>(p2, p3);
+            }
+        }
+#pragma unroll
+        for (int kk = 0; kk < BK / 16; ++kk) {
+#pragma unroll
+            for (int n = 0; n < D / 8; n += 2) {
+                u32 f[4];
+                ldsm4a<true>(f, vbase + kk * 16 * RB + n * 16);
+#pragma unroll
+                for (int w = 0; w < WM; ++w) {
+                    mma16816<BF>(o[w][n], pa[w][kk], f[0], f[1]);
+                    mma16816<BF>(o[w][n + 1], pa[w][kk], f[2], f[3]);
+                }
+            }
+        }
+        // Every warp is done with this stage (and its mask terms) before it is filled again.
+        __syncthreads();
+        if (more && threadIdx.x < BK) mk[STAGES == 2 ? st ^ 1 : 0][threadIdx.x] = next_term;
+        if (STAGES == 1 && more) load((it + 1) * BK, 0);
+    }
+
+    u16* yb = y + b * a.y_stride[0] + h * a.y_stride[1];
+#pragma unroll
+    for (int w = 0; w < WM; ++w) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            float sum = l[w][r];
+            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+            sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+            const float inv = sum > 0.f ? 1.f / sum : 0.f;
+            const int row = row0 + w * 16 + g + r * 8;
+            if (row >= a.q_len) continue;
+            u16* yr = yb + row * a.y_stride[2] + t * 2;
+#pragma unroll
+            for (int n = 0; n < D / 8; ++n)
+                *(u32*)(yr + n * 8) = pack2<BF>(o[w][n][2 * r] * inv, o[w][n][2 * r + 1] * inv);
+        }
+    }
+}
+
+// Each kernel in two builds: for blocks of two warps (`fa64_f16`: up to 255
+// registers a thread) and for blocks of four (`fa64w4_f16`), where the
+// register allocation must let three blocks share a multiprocessor. That
+// spills a few values of the 32-row tiles to local memory, yet it measured
+// 7-20% faster at BERT's 8 x 512 on an H100 (12 warps a multiprocessor
+// instead of 8, and the grid in one wave); with two-warp blocks on small
+// grids the spills cost more than they gain (BENCHMARKS.md).
+#define FA1(name, D, WM, BF, ROWS, MIN_BLOCKS)                                                     \
+    extern "C" __global__ void __launch_bounds__(128, MIN_BLOCKS)                                  \
+        name(AttnArgs a, const u16* q, const u16* k, const u16* v, const void* m, u16* y) {       \
+        attention_fa<BF, D, WM, ROWS>(a, q, k, v, m, y);                                           \
+    }
+#define FA(D, WM)                                                                                  \
+    FA1(attention_fa##D##_f16, D, WM, false, false, 1)                                             \
+    FA1(attention_fa##D##_bf16, D, WM, true, false, 1)                                             \
+    FA1(attention_fam##D##_f16, D, WM, false, true, 1)                                             \
+    FA1(attention_fam##D##_bf16, D, WM, true, true, 1)                                             \
+    FA1(attention_fa##D##w4_f16, D, WM, false, false, 3)                                           \
+    FA1(attention_fa##D##w4_bf16, D, WM, true, false, 3)                                           \
+    FA1(attention_fam##D##w4_f16, D, WM, false, true, 3)                                           \
+    FA1(attention_fam##D##w4_bf16, D, WM, true, true, 3)
+FA(32, 2)
+FA(64, 2)
+FA(128, 1)

@@ -1,6 +1,12 @@
 //! ai.onnx `Attention` (opset 23 on) without a key/value cache: one launch of
 //! attention.cu, tensor-core tiles for f16/bf16 heads of 32, 64 or 128, a
-//! warp per query row otherwise. The scores never reach memory, so the op
+//! warp per query row otherwise. Without a causal cut the tiles are
+//! FlashAttention-2's split (32 query rows a warp): `attention_fa*` when the
+//! mask, if any, is the same for every query row (a padding mask),
+//! `attention_fam*` for an additive mask of the inputs' dtype with a row per
+//! query (transformers' eager mask, `[batch, 1, q, keys]`), whose rows are
+//! staged in dynamic shared memory. Other masks and causal attention take
+//! `attention_mma*` (16 rows a warp, any mask). The scores never reach memory, so the op
 //! needs no workspace and the session's peak holds only Q, K, V and Y.
 //!
 //! The cache inputs, `nonpad_kv_seqlen`, softcap, sliding windows and the
@@ -8,6 +14,7 @@
 //! prepared, so those nodes go to the CPU (or fail under strict placement).
 
 use cudarc::driver::LaunchConfig;
+use cudarc::driver::sys::CUfunction_attribute;
 use onyx_core::dtype::DType;
 use onyx_core::ep::{EpError, KernelSpec};
 use onyx_core::ops::attention::{Attention, AttentionGeometry};
@@ -20,8 +27,26 @@ use crate::gpu::{Args, Gpu};
 
 /// Head sizes with a tensor-core entry point (`attention_mma{D}_*`).
 const MMA_HEADS: [usize; 3] = [32, 64, 128];
-/// Query rows of one tensor-core block (four warps of 16).
+/// Query rows of one `attention_mma*` block (four warps of 16).
 const MMA_ROWS: usize = 64;
+
+/// Keys per tile of the `attention_fa*` kernels, and a staged mask row's
+/// length in values (padded by 8 so the eight rows one load reads fall in
+/// distinct banks).
+const FA_KEYS: usize = 64;
+const FA_MASK_ROW: usize = FA_KEYS + 8;
+
+/// The launch of an `attention_fa*` entry point: query rows per warp (two
+/// m16 tiles, one for heads of 128, whose accumulators need the registers)
+/// and warps per block: four (the `…w4` builds, three blocks a
+/// multiprocessor), unless that leaves the GPU with fewer than two blocks
+/// per multiprocessor, then two.
+fn fa_launch(head: usize, q_len: usize, heads: usize, batch: usize, sms: usize) -> (usize, usize) {
+    let rows_per_warp = if head == 128 { 16 } else { 32 };
+    let blocks = |warps: usize| q_len.div_ceil(rows_per_warp * warps) * heads * batch;
+    let warps = if blocks(4) >= 2 * sms { 4 } else { 2 };
+    (rows_per_warp * warps, warps)
+}
 /// The widest value head of the warp-per-row kernel (8 slots × 32 lanes).
 const ROW_V_HEAD: usize = 256;
 
@@ -151,10 +176,36 @@ impl CudaKernel for AttentionKernel {
             && g.q_heads <= 65_535
             && g.batch <= 65_535;
         let (name, cfg) = if tiled {
-            let blocks = (g.q_len.div_ceil(MMA_ROWS) as u32, g.q_heads as u32, g.batch as u32);
-            let cfg =
-                LaunchConfig { grid_dim: blocks, block_dim: (128, 1, 1), shared_mem_bytes: 0 };
-            (entry(&format!("attention_mma{}", g.head_size), self.dtype)?, cfg)
+            // No mask, or one broadcast over query rows.
+            let key_only = args.m_stride[2] == 0;
+            // An additive mask of Q's dtype, rows of whole 16-byte vectors, one value per key.
+            let mask_rows = self.mask_kind == if self.dtype == DType::F16 { 2 } else { 3 }
+                && args.m_stride.iter().all(|s| s % 8 == 0)
+                && mask % 16 == 0
+                && mask_len == g.kv_len
+                && g.kv_len % 8 == 0;
+            let (kind, rows, warps) = if !self.op.is_causal && (key_only || mask_rows) {
+                let (rows, warps) =
+                    fa_launch(g.head_size, g.q_len, g.q_heads, g.batch, gpu.sms as usize);
+                (if key_only { "fa" } else { "fam" }, rows, warps)
+            } else {
+                ("mma", MMA_ROWS, 4)
+            };
+            let shared = if kind == "fam" {
+                let stages = if g.head_size <= 64 { 2 } else { 1 };
+                (stages * rows * FA_MASK_ROW * 2) as u32
+            } else {
+                0
+            };
+            let blocks = (g.q_len.div_ceil(rows) as u32, g.q_heads as u32, g.batch as u32);
+            let cfg = LaunchConfig {
+                grid_dim: blocks,
+                block_dim: (32 * warps as u32, 1, 1),
+                shared_mem_bytes: shared,
+            };
+            // Four-warp blocks of the flash kernels have their own builds (attention.cu).
+            let w4 = if kind != "mma" && warps == 4 { "w4" } else { "" };
+            (entry(&format!("attention_{kind}{}{w4}", g.head_size), self.dtype)?, cfg)
         } else {
             if g.v_head_size > ROW_V_HEAD {
                 return Err(EpError::Kernel(format!(
@@ -173,6 +224,14 @@ impl CudaKernel for AttentionKernel {
             (entry("attention_rows", self.dtype)?, cfg)
         };
         let f = gpu.function(Kernel::Attention, name)?;
+        if cfg.shared_mem_bytes > 0 {
+            // With the static tiles this passes the default 48 KiB a block: opt in.
+            f.set_attribute(
+                CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                cfg.shared_mem_bytes as i32,
+            )
+            .map_err(|e| EpError::Device(format!("Attention: opting in to shared memory: {e}")))?;
+        }
         let launch = Args::new()
             .push(args)
             .push(ptrs[0])
@@ -185,7 +244,10 @@ impl CudaKernel for AttentionKernel {
         // geometry checked above (Y's shape too); the mask's strides and key count
         // come from its own shape, and it is read only when `mask_kind` is set.
         // The tiled entry points get 16-byte aligned buffers and strides of whole
-        // 16-byte vectors.
+        // 16-byte vectors; `attention_fam*` also a 16-byte aligned mask of Q's
+        // dtype with whole-vector strides, one value per key and a key count
+        // that is a multiple of 8, and the dynamic shared memory it stages
+        // `rows` mask rows of FA_MASK_ROW values in (per stage).
         unsafe { launch.launch(gpu, &f, cfg) }
     }
 }
@@ -263,6 +325,16 @@ mod tests {
         assert_eq!((s, keys), ([0, 0, 5], 5));
         let (s, keys) = mask_strides(&[2, 4, 3, 4], &geometry(false)).unwrap();
         assert_eq!((s, keys), ([48, 12, 4], 4));
+    }
+
+    #[test]
+    fn flash_tiles_take_four_warps_unless_the_grid_would_leave_multiprocessors_idle() {
+        // BERT at 8 x 512, heads of 64, on 132 multiprocessors: 384 blocks of 128 rows.
+        assert_eq!(fa_launch(64, 512, 12, 8, 132), (128, 4));
+        // At 8 x 128 four warps would give 96 blocks: two warps give 192.
+        assert_eq!(fa_launch(64, 128, 12, 8, 132), (64, 2));
+        // Heads of 128 hold 16 rows a warp.
+        assert_eq!(fa_launch(128, 4096, 32, 1, 132), (64, 4));
     }
 
     #[test]

@@ -475,17 +475,36 @@ fn stored_as(t: &Tensor, dtype: DType) -> Tensor {
 /// transformers' eager attention, a post-norm block (bias, residual,
 /// LayerNormalization) and a feed-forward projection with its bias and erf
 /// Gelu, in `dtype`, between f32 casts: q, k, v are
-/// `[2, 70, 256]`, split into 4 heads of 64 by reshapes and transposes as
-/// the exporter writes them, the mask `[2, 1, 1, 70]`, x `[2, 70, 64]`; the
-/// weights are initializers of `dtype`.
-fn encoder_block(dtype: DType) -> Vec<u8> {
+/// `[2, seq, 256]`, split into 4 heads of 64 by reshapes and transposes as
+/// the exporter writes them, the mask `[2, 1, 1, seq]` or `[2, 1, seq, seq]`,
+/// or built from a padding mask `pad` as transformers 5 does (see
+/// [`attn_inputs`]), x `[2, seq, 64]`; the weights are initializers of
+/// `dtype`.
+fn encoder_block(dtype: DType, inputs: &[(&str, Vec<usize>)]) -> Vec<u8> {
+    let seq = inputs[0].1[1] as i64;
     let to = dtype.to_onnx() as i64;
     let cast = |i: &str, o: &str, t: i64| node("Cast", o, &[i], &[o], vec![("to", A::I(t))]);
     let perm = |i: &str, o: &str, p: &[i64]| {
         node("Transpose", o, &[i], &[o], vec![("perm", A::Is(p.to_vec()))])
     };
-    let mut nodes: Vec<_> =
-        ATTN_INPUTS.iter().map(|(n, _)| cast(n, &format!("{n}_t"), to)).collect();
+    let mut nodes: Vec<_> = inputs
+        .iter()
+        .filter(|(n, _)| *n != "pad")
+        .map(|(n, _)| cast(n, &format!("{n}_t"), to))
+        .collect();
+    let expanded = inputs.iter().any(|(n, _)| *n == "pad");
+    if expanded {
+        // keep = (arange(seq) >= 0 as [1, 1, seq, 1]) & pad; mask = where(expand(keep), 0, min).
+        nodes.extend([
+            cast("pad", "pad_b", 9),
+            node("Range", "r", &["i0", "iseq", "i1"], &["r"], vec![]),
+            node("Reshape", "r4", &["r", "col"], &["r4"], vec![]),
+            node("GreaterOrEqual", "ge", &["r4", "i0"], &["rows"], vec![]),
+            node("And", "and", &["rows", "pad_b"], &["keep"], vec![]),
+            node("Expand", "expand", &["keep", "square"], &["keep_x"], vec![]),
+            node("Where", "where", &["keep_x", "zero", "min"], &["mask_t"], vec![]),
+        ]);
+    }
     nodes.extend([
         node("Reshape", "q4", &["q_t", "heads"], &["q4"], vec![]),
         node("Reshape", "k4", &["k_t", "heads"], &["k4"], vec![]),
@@ -534,45 +553,99 @@ fn encoder_block(dtype: DType) -> Vec<u8> {
         ("sqrt2", Tensor::scalar(std::f32::consts::SQRT_2)),
         ("one", Tensor::scalar(1f32)),
         ("half", Tensor::scalar(0.5f32)),
+        ("zero", Tensor::scalar(0f32)),
+        ("min", Tensor::scalar(-10000f32)),
     ];
     let shape = |v: Vec<i64>| Tensor::from_vec(vec![v.len()], v).unwrap();
+    let int = |v: i64| Tensor::scalar(v);
+    let mask_consts = [
+        ("i0", int(0)),
+        ("i1", int(1)),
+        ("iseq", int(seq)),
+        ("col", shape(vec![1, 1, -1, 1])),
+        ("square", shape(vec![2, 1, seq, seq])),
+    ];
     model(
         graph(
             nodes,
-            ATTN_INPUTS.iter().map(|(n, s)| value(n, DType::F32, &dims(s))).collect(),
+            inputs.iter().map(|(n, s)| value(n, DType::F32, &dims(s))).collect(),
             vec![
-                value("attn", DType::F32, &[2, 70, 256]),
-                value("normed", DType::F32, &[2, 70, 64]),
-                value("ffn", DType::F32, &[2, 70, 128]),
+                value("attn", DType::F32, &[2, seq, 256]),
+                value("normed", DType::F32, &[2, seq, 64]),
+                value("ffn", DType::F32, &[2, seq, 128]),
             ],
             weights
                 .iter()
                 .map(|(n, t)| (*n, stored_as(t, dtype)))
                 .chain([("heads", shape(vec![0, 0, 4, 64])), ("hidden", shape(vec![0, 0, 256]))])
+                .chain(mask_consts.into_iter().filter(|_| expanded))
                 .collect(),
         ),
         17,
     )
 }
 
-const ATTN_INPUTS: [(&str, &[usize]); 5] = [
-    ("q", &[2, 70, 256]),
-    ("k", &[2, 70, 256]),
-    ("v", &[2, 70, 256]),
-    ("mask", &[2, 1, 1, 70]),
-    ("x", &[2, 70, 64]),
-];
+/// How the encoder block gets its attention mask.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum MaskForm {
+    /// A padding mask input, `[2, 1, 1, seq]`.
+    Keys,
+    /// A mask row per query, `[2, 1, seq, seq]` (the CUDA kernel stages
+    /// such rows in shared memory when `seq` is a multiple of 8).
+    Rows,
+    /// Built in the graph from a padding mask `pad` (1 keeps a key) and an
+    /// always-true test of the query positions, expanded to
+    /// `[2, 1, seq, seq]`, as transformers 5 exports it: fusion hands
+    /// `Attention` the padding mask's small form.
+    Expanded,
+}
+
+/// The encoder block's inputs at sequence length `seq`.
+fn attn_inputs(seq: usize, mask: MaskForm) -> Vec<(&'static str, Vec<usize>)> {
+    let (name, shape) = match mask {
+        MaskForm::Keys => ("mask", vec![2, 1, 1, seq]),
+        MaskForm::Rows => ("mask", vec![2, 1, seq, seq]),
+        MaskForm::Expanded => ("pad", vec![2, 1, 1, seq]),
+    };
+    vec![
+        ("q", vec![2, seq, 256]),
+        ("k", vec![2, seq, 256]),
+        ("v", vec![2, seq, 256]),
+        (name, shape),
+        ("x", vec![2, seq, 64]),
+    ]
+}
+
 #[test]
 fn eager_attention_a_post_norm_block_and_a_bias_gelu_fuse_on_cuda_and_match_the_cpu() {
     let Some(p) = gpu() else { return };
+    // 70 keys: a ragged last key tile; 72 with mask rows: the row-staging kernel.
+    for (seq, mask) in
+        [(70, MaskForm::Keys), (72, MaskForm::Rows), (70, MaskForm::Rows), (72, MaskForm::Expanded)]
+    {
+        encoder_block_matches_the_cpu(&p, seq, mask);
+    }
+}
+
+fn encoder_block_matches_the_cpu(p: &Arc<CudaProvider>, seq: usize, mask: MaskForm) {
+    let shapes = attn_inputs(seq, mask);
+    let mask_rows = mask == MaskForm::Rows;
     let inputs = || -> Vec<(&str, Value)> {
-        ATTN_INPUTS
+        shapes
             .iter()
             .enumerate()
             .map(|(i, (n, s))| {
-                let t = if *n == "mask" {
-                    // Batch 1 pads its last 20 keys.
-                    f32s(s, |j| if j >= 70 && j % 70 >= 50 { -10000.0 } else { 0.0 })
+                let t = if *n == "pad" {
+                    f32s(s, |j| if j >= seq && j % seq >= seq - 20 { 0.0 } else { 1.0 })
+                } else if *n == "mask" {
+                    // Batch 1 pads its last 20 keys; with a row per query,
+                    // row r also masks key 7r mod seq.
+                    let keys = seq * s[2];
+                    f32s(s, |j| {
+                        let (key, row) = (j % seq, (j / seq) % s[2]);
+                        let padded = j >= keys && key >= seq - 20;
+                        if padded || (mask_rows && key == 7 * row % seq) { -10000.0 } else { 0.0 }
+                    })
                 } else {
                     noise(s, i as u32)
                 };
@@ -581,19 +654,23 @@ fn eager_attention_a_post_norm_block_and_a_bias_gelu_fuse_on_cuda_and_match_the_
             .collect()
     };
     for (dtype, tol) in [(DType::F32, 1e-4), (DType::F16, 2e-2), (DType::BF16, 6e-2)] {
-        let bytes = encoder_block(dtype);
+        let bytes = encoder_block(dtype, &shapes);
         let want = session(bytes.clone(), true).run(inputs()).unwrap();
-        let s = on(bytes, &p, true);
+        let s = on(bytes, p, true);
         let ops: Vec<String> = s.placement().into_iter().map(|(n, _)| n.op_type).collect();
         for fused in ["Attention", "SkipLayerNormalization", "BiasGelu"] {
-            assert!(ops.iter().any(|o| o == fused), "{dtype}: no {fused} in {ops:?}");
+            assert!(ops.iter().any(|o| o == fused), "{dtype} seq {seq}: no {fused} in {ops:?}");
         }
-        let unfused = ["Softmax", "LayerNormalization", "Transpose", "Erf"];
+        let mut unfused = vec!["Softmax", "LayerNormalization", "Transpose", "Erf"];
+        if mask == MaskForm::Expanded {
+            // The expanded mask is not computed at all.
+            unfused.push("Expand");
+        }
         assert!(!ops.iter().any(|o| unfused.contains(&o.as_str())), "{ops:?}");
         let got = s.run(inputs()).unwrap();
         for name in ["attn", "normed", "ffn"] {
             let err = max_rel(&f32_out(&got, name), &f32_out(&want, name));
-            assert!(err <= tol, "{dtype} {name}: {err} > {tol}");
+            assert!(err <= tol, "{dtype} seq {seq} {mask:?} {name}: {err} > {tol}");
         }
     }
 }

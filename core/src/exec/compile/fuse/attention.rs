@@ -25,7 +25,16 @@
 //! fused op takes the 3-D form instead (`[batch, seq, heads × size]`, with
 //! `q_num_heads`/`kv_num_heads`): views of the reshapes in, a view of its
 //! output out. The four transposes of the layer, copies on every device, go.
+//!
+//! **Masks.** A padding mask that transformers expanded to a row per query
+//! (see [`key_mask`]) is replaced by its `[batch, 1, 1, keys]` form, which
+//! `Attention` broadcasts itself; the expanded one is dropped when only
+//! fused chains read it.
 
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
+
+use super::key_mask::{self, KeyMask};
 use super::{Links, Rewrite};
 use crate::graph::{Attribute, Attributes, DEFAULT_DOMAIN, Graph, Node, ValueId};
 use crate::tensor::Tensor;
@@ -296,33 +305,79 @@ fn row_nodes(graph: &Graph, rw: &mut Rewrite, f: &Found, r: &Rows, name: &str) -
     nodes
 }
 
+/// Padding masks expanded per query row ([`key_mask`]) that fused chains
+/// read in their small form: per expanded mask, its match, the small mask
+/// once made, and how many fused chains read it.
+#[derive(Default)]
+struct SmallMasks(HashMap<ValueId, (KeyMask, Option<ValueId>, usize)>);
+
+impl SmallMasks {
+    /// The mask a chain's `Attention` reads for `mask`: its small form, made
+    /// by a `Where` pushed onto `nodes` the first time, or `mask` itself.
+    fn take(
+        &mut self,
+        l: &Links<'_>,
+        rw: &mut Rewrite,
+        mask: ValueId,
+        nodes: &mut Vec<Node>,
+    ) -> ValueId {
+        let (m, small, uses) = match self.0.entry(mask) {
+            Entry::Occupied(e) => e.into_mut(),
+            Entry::Vacant(e) => match key_mask::find(l, mask) {
+                Some(m) => e.insert((m, None, 0)),
+                None => return mask,
+            },
+        };
+        *uses += 1;
+        *small.get_or_insert_with(|| {
+            let name = format!("{}/keys", l.graph.values[mask.index()].name);
+            let v = rw.value(l.graph, name.clone());
+            nodes.push(op_node(&name, "Where", 16, &[m.pad, m.then, m.otherwise], v, vec![]));
+            v
+        })
+    }
+
+    /// Drops the expanded masks that only fused chains read.
+    fn drop_unread(self, l: &Links<'_>, rw: &mut Rewrite) {
+        for (mask, (m, _, uses)) in self.0 {
+            if l.readers.get(&mask) == Some(&uses) {
+                rw.drop.extend(m.nodes);
+            }
+        }
+    }
+}
+
 /// The graph with every attention chain fused, or `None` when it has none.
 pub(super) fn fuse(graph: &Graph) -> Option<Graph> {
     let l = Links::new(graph);
     let mut rw = Rewrite::default();
+    let mut small = SmallMasks::default();
     for (i, n) in graph.nodes.iter().enumerate() {
         if n.op_type != "Softmax" || n.domain != DEFAULT_DOMAIN {
             continue;
         }
-        let Some(f) = find(&l, i) else { continue };
+        let Some(mut f) = find(&l, i) else { continue };
         if f.chain.iter().any(|&c| rw.taken(c)) {
             continue;
         }
         let last = l.node(*f.chain.last().unwrap_or(&i));
         let Some(out) = last.outputs.first().copied().flatten() else { continue };
         let name = format!("{}/Attention", last.name);
+        let mut mask_nodes = Vec::new();
+        f.mask = f.mask.map(|m| small.take(&l, &mut rw, m, &mut mask_nodes));
         let row_form = match f.k {
             Keys::Rows(k) => rows(&l, &f, k).filter(|r| !r.more.iter().any(|&t| rw.taken(t))),
             Keys::Heads(_) => None,
         };
         if let Some(r) = row_form {
-            let nodes = row_nodes(graph, &mut rw, &f, &r, &name);
+            let mut nodes = mask_nodes;
+            nodes.extend(row_nodes(graph, &mut rw, &f, &r, &name));
             let mut chain = f.chain.clone();
             chain.extend(&r.more);
             rw.replace(&chain, nodes);
             continue;
         }
-        let mut nodes = Vec::new();
+        let mut nodes = mask_nodes;
         let k = match f.k {
             Keys::Heads(k) => k,
             Keys::Rows(rows) => {
@@ -350,6 +405,7 @@ pub(super) fn fuse(graph: &Graph) -> Option<Graph> {
         ));
         rw.replace(&f.chain, nodes);
     }
+    small.drop_unread(&l, &mut rw);
     rw.apply(graph)
 }
 
@@ -405,6 +461,66 @@ mod tests {
         let a = g.nodes.iter().find(|n| n.op_type == "Attention").expect("attention");
         assert_eq!(a.input(1), Some(ValueId(1)));
         assert_eq!(g.nodes.len(), 3);
+    }
+
+    /// [`chain`] with its mask (3) built as transformers 5 expands a padding
+    /// mask: `Where(Expand(And(Range(0, n, 1) >= 0, pad), shape), 0, min)`,
+    /// with the padding mask `pad` = 20 and n = 21 inputs.
+    fn chain_with_expanded_mask(extra_reader: bool) -> Graph {
+        let mut g = chain(&[0, 2, 3, 1], false);
+        let mask_nodes = vec![
+            node("Range", &[22, 21, 23], 24),
+            node("GreaterOrEqual", &[24, 25], 26),
+            node("And", &[26, 20], 27),
+            node("Expand", &[27, 28], 29),
+            node("Where", &[29, 30, 31], 3),
+        ];
+        let mut nodes = mask_nodes;
+        nodes.append(&mut g.nodes);
+        if extra_reader {
+            nodes.push(node("Neg", &[3], 32));
+        }
+        let consts = [
+            (22, Tensor::scalar(0i64)),
+            (23, Tensor::scalar(1i64)),
+            (25, Tensor::scalar(0i64)),
+            (28, Tensor::from_vec(vec![4], vec![2i64, 1, 8, 8]).unwrap()),
+            (30, Tensor::scalar(0f32)),
+            (31, Tensor::scalar(-3.4e38f32)),
+            (4, Tensor::scalar(8f32)),
+        ];
+        let outputs: &[u32] = if extra_reader { &[13, 32] } else { &[13] };
+        graph(33, nodes, &[0, 1, 2, 20, 21], outputs, consts.into_iter().collect())
+    }
+
+    #[test]
+    fn a_padding_mask_expanded_per_query_row_reaches_attention_in_its_small_form() {
+        let g = fuse(&chain_with_expanded_mask(false)).expect("fused");
+        let ops: Vec<&str> = g.nodes.iter().map(|n| n.op_type.as_str()).collect();
+        // The expanded mask's And, Expand and Where are gone; the always-true
+        // Range test stays, unread.
+        assert_eq!(
+            ops,
+            [
+                "Range",
+                "GreaterOrEqual",
+                "Transpose",
+                "Transpose",
+                "Where",
+                "Transpose",
+                "Attention"
+            ]
+        );
+        let w = &g.nodes[4];
+        assert_eq!(w.inputs, vec![Some(ValueId(20)), Some(ValueId(30)), Some(ValueId(31))]);
+        assert_eq!(g.nodes[6].input(3), w.outputs[0]);
+
+        // Read elsewhere too, the expanded mask stays for that reader.
+        let g = fuse(&chain_with_expanded_mask(true)).expect("fused");
+        let ops: Vec<&str> = g.nodes.iter().map(|n| n.op_type.as_str()).collect();
+        assert!(ops.contains(&"Expand") && ops.contains(&"Neg"), "{ops:?}");
+        let a = g.nodes.iter().find(|n| n.op_type == "Attention").expect("attention");
+        assert_ne!(a.input(3), Some(ValueId(3)));
     }
 
     #[test]

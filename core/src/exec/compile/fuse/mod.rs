@@ -28,6 +28,7 @@ mod attention;
 mod conv_act;
 mod conv_bn;
 mod gelu;
+mod key_mask;
 mod skip_norm;
 
 use std::collections::{HashMap, HashSet};

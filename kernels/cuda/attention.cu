@@ -147,14 +147,19 @@ __device__ __forceinline__ float half_to_f32(u16 x) {
 
 __device__ __forceinline__ u32 ld2(const u16* p) { return *(const u32*)p; }
 
-// Four 8×8 matrices of 16-bit values from shared memory, one per register
-// (lanes 8i..8i+7 give the row addresses of matrix i); `.trans` delivers
-// each transposed, which turns row-major V into the P·V product's B fragments.
-template <bool TRANS>
-__device__ __forceinline__ void ldsm4(u32* r, const u16* p) {
+// The shared-memory address of a generic pointer into shared memory.
+__device__ __forceinline__ u32 smem_addr(const void* p) {
     u64 g;
     asm("cvta.to.shared.u64 %0, %1;" : "=l"(g) : "l"(p));
-    const u32 a = (u32)g;
+    return (u32)g;
+}
+
+// Four 8×8 matrices of 16-bit values from shared memory (address `a`), one
+// per register (lanes 8i..8i+7 give the row addresses of matrix i); `.trans`
+// delivers each transposed, which turns row-major V into the P·V product's
+// B fragments.
+template <bool TRANS>
+__device__ __forceinline__ void ldsm4a(u32* r, u32 a) {
     if constexpr (TRANS)
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
                      : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a) : "memory");
@@ -162,18 +167,32 @@ __device__ __forceinline__ void ldsm4(u32* r, const u16* p) {
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
                      : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a) : "memory");
 }
+template <bool TRANS>
+__device__ __forceinline__ void ldsm4(u32* r, const u16* p) {
+    ldsm4a<TRANS>(r, smem_addr(p));
+}
 
 // 16 bytes from global to shared memory without passing through registers
 // (sm_80 on); `valid` false writes zeros and reads nothing.
 __device__ __forceinline__ void cp_async16(u16* dst, const u16* src, bool valid) {
-    u64 g;
-    asm("cvta.to.shared.u64 %0, %1;" : "=l"(g) : "l"(dst));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"((u32)g), "l"(src), "r"(valid ? 16 : 0)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_addr(dst)), "l"(src), "r"(valid ? 16 : 0)
                  : "memory");
 }
 __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+
+// Queues the copies of keys k0 .. k0 + BK of K and V (rows of D values) into
+// shared tiles of rows padded to KP values; keys past the end become zeros.
+template <int D, int BK, int KP>
+__device__ __forceinline__ void copy_kv(const AttnArgs& a, u16* ks, u16* vs, const u16* kb, const u16* vb, int k0) {
+    for (int c = threadIdx.x; c < BK * D / 8; c += blockDim.x) {
+        const int row = c / (D / 8), col = (c % (D / 8)) * 8, key = k0 + row;
+        const bool ok = key < a.kv_len;
+        cp_async16(&ks[row * KP + col], ok ? kb + key * a.k_stride[2] + col : kb, ok);
+        cp_async16(&vs[row * KP + col], ok ? vb + key * a.v_stride[2] + col : vb, ok);
+    }
+}
 
 template <bool BF, int D>
 __device__ void attention_mma(const AttnArgs& a, const u16* q, const u16* k, const u16* v, const void* m, u16* y) {
@@ -224,12 +243,7 @@ __device__ void attention_mma(const AttnArgs& a, const u16* q, const u16* k, con
     const i64 mrow0 = b * a.m_stride[0] + h * a.m_stride[1];
     // Queues the copies of the tile at key k0 into stage `st`.
     auto load = [&](int k0, int st) {
-        for (int c = threadIdx.x; c < BK * D / 8; c += blockDim.x) {
-            const int row = c / (D / 8), col = (c % (D / 8)) * 8, key = k0 + row;
-            const bool ok = key < a.kv_len;
-            cp_async16(&ks[st][row * KP + col], ok ? kb + key * a.k_stride[2] + col : kb, ok);
-            cp_async16(&vs[st][row * KP + col], ok ? vb + key * a.v_stride[2] + col : vb, ok);
-        }
+        copy_kv<D, BK, KP>(a, ks[st], vs[st], kb, vb, k0);
         if (!row_mask) {
             for (int c = threadIdx.x; c < BK; c += blockDim.x) {
                 const int key = k0 + c;
@@ -369,20 +383,6 @@ MMA(128)
 //   rows of each key tile travel with K and V by `cp.async` into dynamic
 //   shared memory (2 stages × rows × (64 + 8) values), 16-byte aligned rows
 //   and a key count that is a multiple of 8 required, and equal to the mask's.
-__device__ __forceinline__ u32 smem_addr(const void* p) {
-    u64 g;
-    asm("cvta.to.shared.u64 %0, %1;" : "=l"(g) : "l"(p));
-    return (u32)g;
-}
-template <bool TRANS>
-__device__ __forceinline__ void ldsm4a(u32* r, u32 a) {
-    if constexpr (TRANS)
-        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
-                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a) : "memory");
-    else
-        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a) : "memory");
-}
 __device__ __forceinline__ float ex2(float x) {
     float y;
     asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
@@ -439,12 +439,7 @@ __device__ void attention_fa(const AttnArgs& a, const u16* q, const u16* k, cons
     };
     const u16* mb = (const u16*)m + mrow;
     auto load = [&](int k0, int st) {
-        for (int c = threadIdx.x; c < BK * D / 8; c += blockDim.x) {
-            const int row = c / (D / 8), col = (c % (D / 8)) * 8, key = k0 + row;
-            const bool ok = key < a.kv_len;
-            cp_async16(&ks[st][row * KP + col], ok ? kb + key * a.k_stride[2] + col : kb, ok);
-            cp_async16(&vs[st][row * KP + col], ok ? vb + key * a.v_stride[2] + col : vb, ok);
-        }
+        copy_kv<D, BK, KP>(a, ks[st], vs[st], kb, vb, k0);
         if constexpr (ROWS) {
             u16* ms = mrows + st * block_rows * MP;
             // Keys past the end (whole chunks: the key count is a multiple of 8) get -inf.

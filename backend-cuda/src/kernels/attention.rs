@@ -6,8 +6,9 @@
 //! `attention_fam*` for an additive mask of the inputs' dtype with a row per
 //! query (transformers' eager mask, `[batch, 1, q, keys]`), whose rows are
 //! staged in dynamic shared memory. Other masks and causal attention take
-//! `attention_mma*` (16 rows a warp, any mask). The scores never reach memory, so the op
-//! needs no workspace and the session's peak holds only Q, K, V and Y.
+//! `attention_mma*` (16 rows a warp, any mask). The scores never reach
+//! memory, so the op needs no workspace and the session's peak holds only Q,
+//! K, V and Y.
 //!
 //! The cache inputs, `nonpad_kv_seqlen`, softcap, sliding windows and the
 //! `present_*`/`qk_matmul_output` outputs are declined when the kernel is
@@ -47,6 +48,7 @@ fn fa_launch(head: usize, q_len: usize, heads: usize, batch: usize, sms: usize) 
     let warps = if blocks(4) >= 2 * sms { 4 } else { 2 };
     (rows_per_warp * warps, warps)
 }
+
 /// The widest value head of the warp-per-row kernel (8 slots × 32 lanes).
 const ROW_V_HEAD: usize = 256;
 

@@ -14,6 +14,8 @@
 //! `present_*`/`qk_matmul_output` outputs are declined when the kernel is
 //! prepared, so those nodes go to the CPU (or fail under strict placement).
 
+use std::sync::Mutex;
+
 use cudarc::driver::LaunchConfig;
 use cudarc::driver::sys::CUfunction_attribute;
 use onyx_core::dtype::DType;
@@ -36,6 +38,9 @@ const MMA_ROWS: usize = 64;
 /// distinct banks).
 const FA_KEYS: usize = 64;
 const FA_MASK_ROW: usize = FA_KEYS + 8;
+/// The most dynamic shared memory an `attention_fam*` launch stages: two
+/// stages of 128 query rows' mask rows, 16-bit values.
+const FA_MAX_MASK_BYTES: usize = 2 * 128 * FA_MASK_ROW * 2;
 
 /// The launch of an `attention_fa*` entry point: query rows per warp (two
 /// m16 tiles, one for heads of 128, whose accumulators need the registers)
@@ -84,6 +89,10 @@ struct AttentionKernel {
     dtype: DType,
     /// 0 without a mask, else the kernel's code for the mask's dtype.
     mask_kind: i32,
+    /// `attention_fam*` entry points already allowed the largest dynamic
+    /// shared memory any of their launches asks for (once per function, not
+    /// per launch).
+    opted_in: Mutex<Vec<&'static str>>,
 }
 
 /// `(batch, head, row)` strides of a `[batch, seq, heads × size]` (3-D) or
@@ -195,6 +204,7 @@ impl CudaKernel for AttentionKernel {
             };
             let shared = if kind == "fam" {
                 let stages = if g.head_size <= 64 { 2 } else { 1 };
+                debug_assert!(stages * rows * FA_MASK_ROW * 2 <= FA_MAX_MASK_BYTES);
                 (stages * rows * FA_MASK_ROW * 2) as u32
             } else {
                 0
@@ -227,12 +237,19 @@ impl CudaKernel for AttentionKernel {
         };
         let f = gpu.function(Kernel::Attention, name)?;
         if cfg.shared_mem_bytes > 0 {
-            // With the static tiles this passes the default 48 KiB a block: opt in.
-            f.set_attribute(
-                CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                cfg.shared_mem_bytes as i32,
-            )
-            .map_err(|e| EpError::Device(format!("Attention: opting in to shared memory: {e}")))?;
+            let mut opted = self.opted_in.lock().unwrap_or_else(|p| p.into_inner());
+            if !opted.contains(&name) {
+                // With the static tiles this passes the default 48 KiB a block:
+                // opt in to the most any launch stages (two stages of 128 rows).
+                f.set_attribute(
+                    CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    FA_MAX_MASK_BYTES as i32,
+                )
+                .map_err(|e| {
+                    EpError::Device(format!("Attention: opting in to shared memory: {e}"))
+                })?;
+                opted.push(name);
+            }
         }
         let launch = Args::new()
             .push(args)
@@ -288,7 +305,7 @@ fn build_attention(spec: &KernelSpec<'_>) -> Result<Box<dyn CudaKernel>, EpError
         Some(DType::F32) => 4,
         Some(d) => return Err(unsupported("Attention mask", d)),
     };
-    Ok(Box::new(AttentionKernel { op, dtype, mask_kind }))
+    Ok(Box::new(AttentionKernel { op, dtype, mask_kind, opted_in: Mutex::default() }))
 }
 
 pub(crate) fn register_all(r: &mut Registry) {

@@ -1,5 +1,7 @@
 //! Broadcasting kernels with several inputs: binary ops, Max/Min/Sum/Mean and Where.
 
+use std::mem::MaybeUninit;
+
 use onyx_core::dtype::DType;
 use onyx_core::ep::{EpError, KernelSpec};
 use onyx_core::ops::elementwise::{BINARY_OPS, Binary, BinaryKind, Variadic, VariadicKind};
@@ -33,6 +35,22 @@ fn segment<'a, T: Copy>(src: &'a [T], run: Run, len: usize) -> Seg<'a, T> {
     }
 }
 
+/// Copies `src` (at most [`SEGMENT`] elements) into `buf` and returns the copy.
+/// Only the copied elements are written: zeroing the whole buffer first cost
+/// more than the arithmetic on a short segment (a channel of 7 × 7 in place).
+fn copy_out<'s, T: bytemuck::Pod>(buf: &'s mut MaybeUninit<[T; SEGMENT]>, src: &[T]) -> &'s [T] {
+    assert!(src.len() <= SEGMENT, "a segment holds at most SEGMENT elements");
+    let dst = buf.as_mut_ptr().cast::<T>();
+    // SAFETY: `dst` points to SEGMENT elements of `buf`, which `src` (at most
+    // SEGMENT elements, borrowed from elsewhere) does not overlap; the slice
+    // made covers exactly the elements just written, and lives as long as
+    // the borrow of `buf`.
+    unsafe {
+        std::ptr::copy_nonoverlapping(src.as_ptr(), dst, src.len());
+        std::slice::from_raw_parts(dst, src.len())
+    }
+}
+
 /// Input `i`, or `None` when it shares the output's buffer (then it is read from the output).
 fn operand<T: bytemuck::Pod>(io: &KernelIo, i: usize) -> Result<Option<&[T]>, EpError> {
     if io.aliased(i, 0) { Ok(None) } else { io.input::<T>(i).map(Some) }
@@ -56,24 +74,16 @@ where
     bc.for_each(out, |o, _, runs| {
         let n = o.len();
         // An in-place operand is copied out of this segment first, onto the stack
-        // (a segment is at most SEGMENT elements).
-        let mut stack_a: [A; SEGMENT];
+        // (a segment is at most SEGMENT elements; only those n are written).
+        let mut stack_a = MaybeUninit::<[A; SEGMENT]>::uninit();
         let sa = match a {
             Some(a) => segment(a, runs[0], n),
-            None => {
-                stack_a = [bytemuck::Zeroable::zeroed(); SEGMENT];
-                stack_a[..n].copy_from_slice(bytemuck::cast_slice(o));
-                Seg::Slice(&stack_a[..n])
-            }
+            None => Seg::Slice(copy_out(&mut stack_a, bytemuck::cast_slice(o))),
         };
-        let mut stack_b: [B; SEGMENT];
+        let mut stack_b = MaybeUninit::<[B; SEGMENT]>::uninit();
         let sb = match b {
             Some(b) => segment(b, runs[1], n),
-            None => {
-                stack_b = [bytemuck::Zeroable::zeroed(); SEGMENT];
-                stack_b[..n].copy_from_slice(bytemuck::cast_slice(o));
-                Seg::Slice(&stack_b[..n])
-            }
+            None => Seg::Slice(copy_out(&mut stack_b, bytemuck::cast_slice(o))),
         };
         vectorized(|| match (&sa, &sb) {
             (Seg::Slice(x), Seg::Slice(y)) => {

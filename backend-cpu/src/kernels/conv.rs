@@ -13,7 +13,7 @@ use rayon::prelude::*;
 use crate::par::Loop;
 
 use super::elementwise::activate;
-use super::matmul::{GemmType, Mat, gemm_into};
+use super::matmul::{GemmType, Mat, gemm_into, gemm_row_bands};
 use super::narrow::{NARROW_COLS, narrow_product};
 use super::{CpuKernel, KernelIo, KernelRegistry, in_dtype, op, unsupported_dtype};
 
@@ -224,9 +224,10 @@ fn conv<T: GemmType + bytemuck::Pod + num_traits::Zero>(
                     bytemuck::cast_slice_mut(&mut out[out_off..out_off + mg * os]),
                 );
             } else if pointwise {
-                // SAFETY: the image group is cg × os contiguous; out block is mg × os.
+                // SAFETY: the image group is cg × os contiguous; out block is mg × os,
+                // and the weights advance by one row (cg) per output channel.
                 unsafe {
-                    gemm_into(
+                    gemm_row_bands(
                         (mg, os, cg),
                         out,
                         out_off,
@@ -234,8 +235,6 @@ fn conv<T: GemmType + bytemuck::Pod + num_traits::Zero>(
                         wm,
                         x,
                         Mat::row_major(x_off, os, false),
-                        false,
-                        T::one(),
                     )
                 };
             } else {

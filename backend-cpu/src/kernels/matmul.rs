@@ -7,6 +7,10 @@ use onyx_core::dtype::DType;
 use onyx_core::ep::{EpError, KernelSpec};
 use onyx_core::ops::linalg::Gemm;
 
+use crate::par::Loop;
+
+use rayon::prelude::*;
+
 use super::broadcast::{Broadcast, Run};
 use super::dispatch::AsF64;
 use super::{CpuKernel, KernelIo, KernelRegistry, in_dtype, op, unsupported_dtype};
@@ -65,6 +69,28 @@ pub(crate) unsafe fn gemm_into<T: GemmType>(
     accumulate: bool,
     scale: T,
 ) {
+    let par = parallelism(m, n, k);
+    // SAFETY: forwarded from the caller.
+    unsafe { gemm_with(par, (m, n, k), dst, dst_offset, a, ma, b, mb, accumulate, scale) }
+}
+
+/// [`gemm_into`] with the given parallelism.
+///
+/// # Safety
+/// As [`gemm_into`].
+#[allow(clippy::too_many_arguments)]
+unsafe fn gemm_with<T: GemmType>(
+    par: Parallelism,
+    (m, n, k): (usize, usize, usize),
+    dst: &mut [T],
+    dst_offset: usize,
+    a: &[T],
+    ma: Mat,
+    b: &[T],
+    mb: Mat,
+    accumulate: bool,
+    scale: T,
+) {
     // SAFETY: guaranteed by the caller (bounds) and by the borrow rules (no overlap).
     unsafe {
         gemm::gemm(
@@ -86,9 +112,52 @@ pub(crate) unsafe fn gemm_into<T: GemmType>(
             false,
             false,
             false,
-            parallelism(m, n, k),
+            par,
         )
     }
+}
+
+/// [`gemm_into`] for a row-major `dst` (row stride `n`), not accumulating,
+/// with its rows split among the pool's threads: each part is a one-thread
+/// product of a band of `a`'s rows with all of `b`.
+///
+/// `gemm`'s own parallel split scaled a 1 × 1 Conv (256 → 256 channels over
+/// 14 × 14) 1.5× on two threads; bands of rows, each packing `b` for itself,
+/// took 8% less time there (122 → 113 µs). Serial runs, products too small to
+/// split and wide ones take [`gemm_into`].
+///
+/// # Safety
+/// As [`gemm_into`]; `a` must advance by `ma.row_stride` per row of `dst`.
+pub(crate) unsafe fn gemm_row_bands<T: GemmType>(
+    (m, n, k): (usize, usize, usize),
+    dst: &mut [T],
+    dst_offset: usize,
+    a: &[T],
+    ma: Mat,
+    b: &[T],
+    mb: Mat,
+) {
+    let threads = rayon::current_num_threads();
+    let serial = crate::par::is_serial() || threads < 2;
+    // Wide products (many columns) split well in `gemm` itself, and there
+    // each band's own packing of `b` cost more than it saved (a 1 × 1 Conv
+    // over 56 × 56 positions went from 138 to 156 µs).
+    if serial || m < 32 || n > 1024 || matches!(parallelism(m, n, k), Parallelism::None) {
+        // SAFETY: forwarded from the caller.
+        unsafe { gemm_into((m, n, k), dst, dst_offset, a, ma, b, mb, false, T::one()) };
+        return;
+    }
+    // Two bands per thread (the last ones finish while others still run),
+    // in whole groups of 16 rows (gemm's micro-kernel height).
+    let rows = m.div_ceil(2 * threads).next_multiple_of(16);
+    dst[dst_offset..dst_offset + m * n].par_chunks_mut(rows * n).enumerate().each(|(i, band)| {
+        let r0 = i * rows;
+        let mr = band.len() / n.max(1);
+        let ma = Mat { offset: (ma.offset as isize + r0 as isize * ma.row_stride) as usize, ..ma };
+        // SAFETY: band rows r0..r0 + mr of dst, and the same rows of `a`,
+        // lie inside the caller's bounds; bands do not overlap.
+        unsafe { gemm_with(Parallelism::None, (mr, n, k), band, 0, a, ma, b, mb, false, T::one()) }
+    });
 }
 
 fn int_gemm<T>(
@@ -413,4 +482,32 @@ fn build_gemm(spec: &KernelSpec<'_>) -> Result<Box<dyn CpuKernel>, EpError> {
 pub fn register_all(r: &mut KernelRegistry) {
     r.register("MatMul", build_matmul);
     r.register("Gemm", build_gemm);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn row_bands_give_the_product_of_one_call() {
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+        for (m, n, k) in [(100, 196, 64), (33, 50, 7), (256, 49, 512), (64, 1025, 16)] {
+            let a: Vec<f32> = (0..m * k).map(|i| ((i * 7) % 13) as f32 - 6.0).collect();
+            let b: Vec<f32> = (0..k * n).map(|i| ((i * 5) % 11) as f32 * 0.25).collect();
+            let mut want = vec![f32::NAN; m * n];
+            let mut got = vec![f32::NAN; m * n + 3];
+            let (ma, mb) = (Mat::row_major(0, k, false), Mat::row_major(0, n, false));
+            // SAFETY: both products address m × k, k × n and m × n row-major
+            // blocks of slices that large (`got` from offset 3).
+            unsafe {
+                crate::par::serial(|| {
+                    gemm_into((m, n, k), &mut want, 0, &a, ma, &b, mb, false, 1.0)
+                });
+                pool.install(|| gemm_row_bands((m, n, k), &mut got, 3, &a, ma, &b, mb));
+            }
+            assert!(got[..3].iter().all(|v| v.is_nan()), "{m}x{n}x{k}: wrote before its offset");
+            // Small integers and quarters: every partial sum is exact.
+            assert_eq!(&got[3..], &want[..], "{m}x{n}x{k}");
+        }
+    }
 }

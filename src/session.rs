@@ -219,7 +219,7 @@ impl SessionBuilder {
         let refs: Vec<&dyn ExecutionProvider> = providers.iter().map(|p| &**p).collect();
         let program = exec::compile(graph, &HashMap::new(), &refs, &opts)
             .map_err(|source| Error::Compile { device: device_name.clone(), source })?;
-        let session = Session {
+        let mut session = Session {
             providers,
             program,
             model,
@@ -231,7 +231,9 @@ impl SessionBuilder {
             fallback: resolved.fallback,
             workers,
             replays: Replays::new(self.graphs),
+            weights: Vec::new(),
         };
+        session.weights = session.program.weight_bytes(session.providers.len());
         let counts = session.kernels_per_device();
         if counts.len() > 1 && counts[1].1 > 0 {
             let total: usize = counts.iter().map(|c| c.1).sum();
@@ -262,6 +264,9 @@ pub struct Session {
     workers: Workers,
     /// Recorded runs (CUDA graphs), keyed by input shapes.
     replays: Replays,
+    /// Weight bytes per provider, subgraphs included: what each run reports
+    /// (summed once, not through every subgraph on every run).
+    weights: Vec<u64>,
 }
 
 /// Where a session's CPU kernels run.
@@ -595,7 +600,7 @@ impl Session {
             let counts = self.kernels_per_device();
             log::info!("{} kernel nodes ran on {} (fallback)", counts[1].1, counts[1].0);
         }
-        let weights = self.program.weight_bytes(self.providers.len());
+        let weights = &self.weights;
         let devices: Vec<DeviceMemory> = self
             .providers
             .iter()

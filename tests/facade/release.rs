@@ -39,6 +39,11 @@ fn chain() -> Vec<u8> {
 
 /// X → A; B = T(A); C = T(A); Y = B + C, with Transposes so in-place cannot hide anything.
 fn diamond() -> Vec<u8> {
+    diamond_of(N as i64)
+}
+
+/// [`diamond`] over `rows × N` inputs (`-1`: rows left free).
+fn diamond_of(rows: i64) -> Vec<u8> {
     model(
         graph(
             vec![
@@ -47,8 +52,8 @@ fn diamond() -> Vec<u8> {
                 node("Transpose", "c", &["a"], &["c"], vec![]),
                 node("Add", "d", &["b", "c"], &["y"], vec![]),
             ],
-            vec![value("x", DType::F32, &[N as i64, N as i64])],
-            vec![value("y", DType::F32, &[N as i64, N as i64])],
+            vec![value("x", DType::F32, &[rows, N as i64])],
+            vec![value("y", DType::F32, &[rows, N as i64])],
             vec![],
         ),
         13,
@@ -121,6 +126,27 @@ fn without_release_the_peak_is_the_sum_of_all_buffers() {
         let on = run(&session_again(&s), vec![("x", x())]);
         assert!(on.memory.peak_bytes < o.memory.peak_bytes);
     }
+}
+
+#[test]
+fn each_run_reports_the_figures_of_its_own_shapes_when_runs_alternate() {
+    // A graph's figures are kept from its last run and reused only for an
+    // identical trace: runs of two sizes in turn must each get their own.
+    let s = session(diamond_of(-1), true);
+    let mut seen = Vec::new();
+    for rows in [N, 2 * N, N, 2 * N, 2 * N] {
+        let x = f32s(&[rows, N], |i| (i % 5) as f32 - 2.0);
+        let o = run(&s, vec![("x", x)]);
+        let tensor = (rows * N * 4) as u64;
+        // x, a, b and c live together at step c; Add takes b's buffer.
+        assert_eq!(o.memory.live_set_bound_bytes, 4 * tensor, "{rows} rows");
+        assert_eq!(o.memory.peak_bytes, o.memory.live_set_bound_bytes, "{rows} rows");
+        assert_eq!(o.memory.no_release_bytes, 4 * tensor, "{rows} rows");
+        seen.push(o.memory.timeline.iter().map(|p| p.live_bytes).collect::<Vec<_>>());
+    }
+    assert_eq!(seen[0], seen[2]);
+    assert_eq!(seen[1], seen[3]);
+    assert_ne!(seen[0], seen[1]);
 }
 
 fn session_again(s: &onyx::Session) -> onyx::Session {

@@ -6,7 +6,7 @@
 //! release plan made — recursively for subgraphs.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use crate::dtype::DType;
 use crate::ep::{EpError, ExecutionProvider, KernelId, KernelSpec, TensorArg};
@@ -625,6 +625,7 @@ impl<'a> Pass<'a> {
             location: self.location,
             weights: Vec::new(),
             captures,
+            figures_memo: Mutex::new(None),
         }
     }
 }

@@ -2,7 +2,7 @@
 //! whose entries carry buffer, dtype and shape together (so no shape entry can
 //! outlive its buffer), with buffers shared by reference count.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 
@@ -89,7 +89,7 @@ pub async fn run(
     let mut ex = Exec {
         providers,
         bufs: Vec::new(),
-        ledger: HashSet::new(),
+        owned: 0,
         release: opts.release_dead_values,
         releases: 0,
         deferred: Vec::new(),
@@ -108,15 +108,15 @@ pub async fn run(
         let (outs, figures) = ex.run_graph(cg, bindings, true).await?;
         ex.free_deferred()?;
         let outputs: Vec<DeviceValue> = outs.iter().map(|v| ex.device_value(v)).collect();
-        for v in &outputs {
-            for t in tensors(v) {
-                if let Some(p) = ex.provider_of(t.buffer.device) {
-                    ex.ledger.remove(&(p, t.buffer.id));
-                }
-            }
-        }
-        if !ex.ledger.is_empty() {
-            return Err(Error::Internal(format!("{} buffers leaked by the run", ex.ledger.len())));
+        // What the run still owns must be exactly the outputs' buffers (each
+        // output owns its own: `finish` copies shared ones).
+        let mut kept: Vec<usize> = outs.iter().flat_map(Val::slots).map(|s| s.key).collect();
+        kept.sort_unstable();
+        kept.dedup();
+        let handed = kept.iter().filter(|&&k| ex.bufs[k].owned).count();
+        if ex.owned != handed {
+            let leaked = ex.owned.abs_diff(handed);
+            return Err(Error::Internal(format!("{leaked} buffers leaked by the run")));
         }
         let measured = ex.measured.take().map(|(_, m)| m).unwrap_or_default();
         let step_ms = std::mem::take(&mut ex.step_ms);
@@ -244,7 +244,7 @@ impl<'a> Exec<'a> {
                 }
             }
             let outs = self.finish(cg, &mut frame)?;
-            Ok((outs, cg.plan.memory_figures(&cg.graph, &frame.trace, &cg.location)))
+            Ok((outs, cg.figures(std::mem::take(&mut frame.trace))))
         })
     }
 

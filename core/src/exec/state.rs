@@ -1,7 +1,7 @@
 //! Executor state: buffers shared by reference count, values bound to them,
 //! and the ledger of what a run allocated.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use crate::dtype::DType;
 use crate::ep::{DeviceBuffer, DeviceId, ExecutionProvider, TensorArg};
@@ -61,8 +61,8 @@ pub(super) struct Frame {
 pub(super) struct Exec<'a> {
     pub(super) providers: &'a [&'a dyn ExecutionProvider],
     pub(super) bufs: Vec<BufState>,
-    /// `(provider, id)` of buffers this run allocated and has not freed.
-    pub(super) ledger: HashSet<(usize, u64)>,
+    /// Buffers this run allocated and has not freed (those with `owned` set).
+    pub(super) owned: usize,
     pub(super) release: bool,
     pub(super) releases: u64,
     /// Owned buffers with no references left, freed at the end of the run.
@@ -130,7 +130,7 @@ impl<'a> Exec<'a> {
         let buffer = self.providers[p].allocate(bytes, align).map_err(|e| {
             self.provider_err(p, format!("allocating {bytes} bytes for {}", what()), e)
         })?;
-        self.ledger.insert((p, buffer.id));
+        self.owned += 1;
         Ok(self.adopt(buffer, p, true))
     }
 
@@ -139,7 +139,7 @@ impl<'a> Exec<'a> {
         self.providers[p]
             .deallocate(buffer)
             .map_err(|e| self.provider_err(p, "freeing a buffer".into(), e))?;
-        self.ledger.remove(&(p, buffer.id));
+        self.owned -= 1;
         self.bufs[key].owned = false;
         Ok(())
     }

@@ -5,7 +5,7 @@ use super::Plan;
 use crate::graph::{Graph, ValueId};
 
 /// What a run recorded, as the planner needs it to compute memory figures.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RunTrace {
     /// For each value, the bytes of the buffer it allocated (`None`: it allocated
     /// nothing: a view, an in-place output, an initializer, a sequence).

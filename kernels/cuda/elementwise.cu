@@ -255,13 +255,18 @@ __device__ __forceinline__ void binary_rep_loop(I n, int op, I len, int mode, co
         const I i0 = v * VEC;
         const I j0 = by_row ? i0 / len : (len == 1 ? 0 : i0 % len);
         uint4 raw = ((const uint4*)full)[v];
+        // A trailing part (a bias) moves in the same 16-byte vectors: `len`
+        // is a whole number of them (checked at launch), so j0 is aligned.
+        uint4 praw;
+        if (!by_row && len != 1) praw = ((const uint4*)part)[j0 / VEC];
         uint4 res;
         const T* f = (const T*)&raw;
+        const T* pv = (const T*)&praw;
         T* o = (T*)&res;
 #pragma unroll
         for (int k = 0; k < VEC; ++k) {
             const C x = ld(f, k);
-            const C z = ld(part, (by_row || len == 1) ? j0 : j0 + k);
+            const C z = (by_row || len == 1) ? ld(part, j0) : ld(pv, k);
             st(o, k, full_first ? binary_float<C>(code, x, z) : binary_float<C>(code, z, x));
         }
         ((uint4*)y)[v] = res;

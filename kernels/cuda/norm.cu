@@ -159,18 +159,42 @@ template <typename C> __device__ __forceinline__ C row_sum(C v, int L) {
     return v;
 }
 
-// A parameter's slots: the row layout when it spans the row (n == len), else
-// element by element at `e % n`.
-template <typename T, int N>
-__device__ __forceinline__ void load_param(const T* p, i64 n, i64 len, const Row& r, typename Num<T>::C* w) {
+// v[k] = f(v[k], p[k]) over a lane's slots, for a parameter (or a skip row)
+// of n elements broadcast over rows of len: 16 bytes at a time when it spans
+// the row (n == len) and the row moves in vectors, else element by element
+// at `e % n`. Streaming the parameter, instead of loading it into an array
+// of N values first, keeps the kernel at about half the registers (more
+// rows in flight per multiprocessor).
+template <typename T, int N, typename F>
+__device__ __forceinline__ void apply_param(const T* p, i64 n, i64 len, const Row& r,
+                                            typename Num<T>::C* v, F f) {
     typedef typename Num<T>::C C;
-    if (n == len) {
-        load_row<T, N>(p, r, w);
-        return;
+    const int V = 16 / sizeof(T);
+    if constexpr (N % V == 0) {
+        if (r.vec && n == len) {
+#pragma unroll
+            for (int c = 0; c < N / V; ++c) {
+                if (c * V < r.valid) {
+                    C t[V];
+                    unpack<T>(*(const Pack*)(p + slot_elem<T>(c * V, r)), t);
+#pragma unroll
+                    for (int j = 0; j < V; ++j) v[c * V + j] = f(v[c * V + j], t[j]);
+                }
+            }
+            return;
+        }
     }
 #pragma unroll
-    for (int k = 0; k < N; ++k) w[k] = k < r.valid ? ld(p, slot_elem<T>(k, r) % n) : (C)0;
+    for (int k = 0; k < N; ++k) {
+        if (k < r.valid) {
+            const i64 e = slot_elem<T>(k, r);
+            v[k] = f(v[k], ld(p, n == len ? e : e % n));
+        }
+    }
 }
+
+template <typename C> struct AddOp { __device__ __forceinline__ C operator()(C a, C b) const { return a + b; } };
+template <typename C> struct MulOp { __device__ __forceinline__ C operator()(C a, C b) const { return a * b; } };
 
 // A warp reduction of one value over all 32 lanes.
 template <typename C> __device__ __forceinline__ C warp_sum(C v) {
@@ -196,7 +220,7 @@ __device__ void norm_warp(NORM_PARAMS) {
     const int R = 32 / L;
     const i64 warps = blockDim.x >> 5;
     const C n = (C)a.len, eps = (C)a.eps;
-    C v[N], w[N];
+    C v[N];
     // Whole warps step together (shuffles need every lane); rows past the end are empty.
     for (i64 base = ((i64)blockIdx.x * warps + (threadIdx.x >> 5)) * R; base < a.rows;
          base += (i64)gridDim.x * warps * R) {
@@ -210,15 +234,9 @@ __device__ void norm_warp(NORM_PARAMS) {
 #pragma unroll
             for (int k = 0; k < N; ++k) v[k] += s0;
         } else if (a.skip_n > 1) {
-            load_row<T, N>(skip + at % a.skip_n, r, w);
-#pragma unroll
-            for (int k = 0; k < N; ++k) v[k] += w[k];
+            apply_param<T, N>(skip + at % a.skip_n, a.len, a.len, r, v, AddOp<C>());
         }
-        if (a.bias_n > 0) {
-            load_param<T, N>(bias, a.bias_n, a.len, r, w);
-#pragma unroll
-            for (int k = 0; k < N; ++k) v[k] += w[k];
-        }
+        if (a.bias_n > 0) apply_param<T, N>(bias, a.bias_n, a.len, r, v, AddOp<C>());
         if (sum) store_row<T, N>(sum + at, r, v);
         C mean = 0, q = 0;
         if (!a.rms) {
@@ -237,14 +255,10 @@ __device__ void norm_warp(NORM_PARAMS) {
             if (a.mean_dt) store_stat(mean_out, a.mean_dt, row, (double)mean);
             if (a.inv_dt) store_stat(inv_out, a.inv_dt, row, (double)inv);
         }
-        load_param<T, N>(gamma, a.gamma_n, a.len, r, w);
 #pragma unroll
-        for (int k = 0; k < N; ++k) v[k] = (v[k] - mean) * inv * w[k];
-        if (a.beta_n > 0) {
-            load_param<T, N>(beta, a.beta_n, a.len, r, w);
-#pragma unroll
-            for (int k = 0; k < N; ++k) v[k] += w[k];
-        }
+        for (int k = 0; k < N; ++k) v[k] = (v[k] - mean) * inv;
+        apply_param<T, N>(gamma, a.gamma_n, a.len, r, v, MulOp<C>());
+        if (a.beta_n > 0) apply_param<T, N>(beta, a.beta_n, a.len, r, v, AddOp<C>());
         store_row<T, N>(y + at, r, v);
     }
 }
@@ -353,8 +367,11 @@ __device__ void batchnorm(const BatchNormArgs& a, const T* x, const void* scale,
     NormArgs a, const T *x, const T *skip, const T *bias, const T *gamma, const T *beta, T *y,    \
         T *sum, void *mean, void *inv
 
+// At most 80 registers (6 blocks of 128 threads per multiprocessor): the
+// rows are latency-bound, and twice the rows in flight outweigh a few bytes
+// of spills in the widest (N = 32) builds.
 #define NORM_WARP(T, S, N)                                                                        \
-    extern "C" __global__ void layernorm_warp##N##_##S(NORM_ARGS(T)) {                               \
+    extern "C" __global__ void __launch_bounds__(128, 6) layernorm_warp##N##_##S(NORM_ARGS(T)) {     \
         norm_warp<T, N>(a, x, skip, bias, gamma, beta, y, sum, mean, inv);                        \
     }
 

@@ -30,7 +30,8 @@ pub(crate) fn narrow_product(
     out: &mut [f32],
 ) {
     let (w, xt, out) = (&w[..m * k], &xt[..n * k], &mut out[..m * n]);
-    if k == 0 {
+    if k == 0 || n == 0 {
+        // No terms (zeros), or no outputs (an empty signal's Conv).
         out.fill(0.0);
         return;
     }
@@ -115,7 +116,7 @@ mod tests {
             (seed >> 8) as f32 / (1u32 << 24) as f32 - 0.5
         };
         for (m, n, k) in
-            [(3, 1, 5), (258, 4, 256), (64, 2, 384), (17, 7, 33), (5, 8, 16), (2, 3, 0)]
+            [(3, 1, 5), (258, 4, 256), (64, 2, 384), (17, 7, 33), (5, 8, 16), (2, 3, 0), (4, 0, 9)]
         {
             let w: Vec<f32> = (0..m * k).map(|_| rnd()).collect();
             let x: Vec<f32> = (0..k * n).map(|_| rnd()).collect();

@@ -1,5 +1,5 @@
 //! Executor state: buffers shared by reference count, values bound to them,
-//! and the ledger of what a run allocated.
+//! and the count of buffers a run allocated and has not freed.
 
 use std::collections::HashMap;
 

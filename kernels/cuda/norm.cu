@@ -367,17 +367,19 @@ __device__ void batchnorm(const BatchNormArgs& a, const T* x, const void* scale,
     NormArgs a, const T *x, const T *skip, const T *bias, const T *gamma, const T *beta, T *y,    \
         T *sum, void *mean, void *inv
 
-// At most 80 registers (6 blocks of 128 threads per multiprocessor): the
-// rows are latency-bound, and twice the rows in flight outweigh a few bytes
-// of spills in the widest (N = 32) builds.
-#define NORM_WARP(T, S, N)                                                                        \
-    extern "C" __global__ void __launch_bounds__(128, 6) layernorm_warp##N##_##S(NORM_ARGS(T)) {     \
+// B blocks of 128 threads per multiprocessor at least (B = 6: at most 80
+// registers). The 16-bit rows up to 768 elements (N <= 24) are latency-bound
+// and fit that with at most 16 bytes of spills: twice the rows in flight of
+// the unbounded 136-register build. Wider rows (N = 32) and f32/f64, which
+// would spill hundreds of bytes a thread, keep every register (B = 1).
+#define NORM_WARP(T, S, N, B)                                                                     \
+    extern "C" __global__ void __launch_bounds__(128, B) layernorm_warp##N##_##S(NORM_ARGS(T)) {     \
         norm_warp<T, N>(a, x, skip, bias, gamma, beta, y, sum, mean, inv);                        \
     }
 
-#define NORM(T, S)                                                                                \
-    NORM_WARP(T, S, 1) NORM_WARP(T, S, 2) NORM_WARP(T, S, 4) NORM_WARP(T, S, 8)                   \
-    NORM_WARP(T, S, 12) NORM_WARP(T, S, 16) NORM_WARP(T, S, 24) NORM_WARP(T, S, 32)               \
+#define NORM(T, S, B)                                                                             \
+    NORM_WARP(T, S, 1, B) NORM_WARP(T, S, 2, B) NORM_WARP(T, S, 4, B) NORM_WARP(T, S, 8, B)       \
+    NORM_WARP(T, S, 12, B) NORM_WARP(T, S, 16, B) NORM_WARP(T, S, 24, B) NORM_WARP(T, S, 32, 1)   \
     extern "C" __global__ void layernorm_block_##S(NORM_ARGS(T)) {                                   \
         norm_block<T>(a, x, skip, bias, gamma, beta, y, sum, mean, inv);                          \
     }                                                                                             \
@@ -387,7 +389,7 @@ __device__ void batchnorm(const BatchNormArgs& a, const T* x, const void* scale,
         batchnorm<T>(a, x, scale, bias, mean, var, y);                                            \
     }
 
-NORM(float, f32)
-NORM(double, f64)
-NORM(f16, f16)
-NORM(bf16, bf16)
+NORM(float, f32, 1)
+NORM(double, f64, 1)
+NORM(f16, f16, 6)
+NORM(bf16, bf16, 6)

@@ -219,7 +219,8 @@ impl SessionBuilder {
         let refs: Vec<&dyn ExecutionProvider> = providers.iter().map(|p| &**p).collect();
         let program = exec::compile(graph, &HashMap::new(), &refs, &opts)
             .map_err(|source| Error::Compile { device: device_name.clone(), source })?;
-        let mut session = Session {
+        let weights = program.weight_bytes(providers.len());
+        let session = Session {
             providers,
             program,
             model,
@@ -231,9 +232,8 @@ impl SessionBuilder {
             fallback: resolved.fallback,
             workers,
             replays: Replays::new(self.graphs),
-            weights: Vec::new(),
+            weights,
         };
-        session.weights = session.program.weight_bytes(session.providers.len());
         let counts = session.kernels_per_device();
         if counts.len() > 1 && counts[1].1 > 0 {
             let total: usize = counts.iter().map(|c| c.1).sum();
@@ -494,7 +494,7 @@ impl Session {
 
     /// Bytes of weights uploaded to the primary device.
     pub fn weight_bytes(&self) -> u64 {
-        self.program.weight_bytes(self.providers.len())[0]
+        self.weights[0]
     }
 
     /// Kernel nodes per device, primary first: how the model was placed.

@@ -138,11 +138,11 @@ pub(crate) unsafe fn gemm_row_bands<T: GemmType>(
     mb: Mat,
 ) {
     let threads = rayon::current_num_threads();
-    let serial = crate::par::is_serial() || threads < 2;
     // Wide products (many columns) split well in `gemm` itself, and there
     // each band's own packing of `b` cost more than it saved (a 1 × 1 Conv
     // over 56 × 56 positions went from 138 to 156 µs).
-    if serial || m < 32 || n > 1024 || matches!(parallelism(m, n, k), Parallelism::None) {
+    // `parallelism` also keeps serial runs on one thread.
+    if threads < 2 || m < 32 || n > 1024 || matches!(parallelism(m, n, k), Parallelism::None) {
         // SAFETY: forwarded from the caller.
         unsafe { gemm_into((m, n, k), dst, dst_offset, a, ma, b, mb, false, T::one()) };
         return;
@@ -152,7 +152,7 @@ pub(crate) unsafe fn gemm_row_bands<T: GemmType>(
     let rows = m.div_ceil(2 * threads).next_multiple_of(16);
     dst[dst_offset..dst_offset + m * n].par_chunks_mut(rows * n).enumerate().each(|(i, band)| {
         let r0 = i * rows;
-        let mr = band.len() / n.max(1);
+        let mr = band.len() / n;
         let ma = Mat { offset: (ma.offset as isize + r0 as isize * ma.row_stride) as usize, ..ma };
         // SAFETY: band rows r0..r0 + mr of dst, and the same rows of `a`,
         // lie inside the caller's bounds; bands do not overlap.

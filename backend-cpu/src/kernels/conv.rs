@@ -490,6 +490,10 @@ mod tests {
             ([1, 3, 9, 40], 7, 1, 1, [3, 3, 3, 3], 1),
             ([1, 2, 11, 37], 7, 2, 1, [3, 2, 3, 1], 1),
             ([1, 2, 6, 70], 3, 1, 1, [1, 1, 1, 1], 3),
+            // A CNN's 28-wide stride-2 rows: the last 13 column pairs go
+            // through one masked block, read past the row into the next
+            // plane, whose values must not reach the padding.
+            ([1, 3, 9, 28], 3, 2, 1, [1, 1, 1, 1], 1),
         ];
         for (xs, k, s, d, pads, mult) in cases {
             let window = Window {

@@ -46,7 +46,9 @@ pub(super) fn depthwise2d(
     let out = io.output::<f32>(0)?;
     out.par_chunks_mut((oh * ow).max(1)).enumerate().each_init(Vec::new, |buf, (plane, dst)| {
         let (b, om) = (plane / m, plane % m);
-        let src = &x[(b * c + om / mg) * h * w..][..h * w];
+        // The plane and the rest of the input: the fill reads whole blocks
+        // past a row's end, which may reach into the next plane.
+        let src = &x[(b * c + om / mg) * h * w..];
         let k = &wt[om * kh * kw..][..kh * kw];
         let start = bias.map_or(0.0, |bs| bs[om]);
         vectorized_wide(PlaneTask { p: &p, src, k, start, buf, dst: &mut *dst });
@@ -186,29 +188,80 @@ impl WithSimd for Fill<'_> {
         let len = p.len;
         for py in 0..p.rows {
             let Some(iy) = py.checked_sub(p.pt).filter(|&iy| iy < p.h) else { continue };
-            let srow = &src[iy * p.w..][..p.w];
+            // The row, and the rest of the plane after it (read past the row
+            // in whole blocks, see `copy_masked`).
+            let rest = &src[iy * p.w..];
             match p.sw {
                 1 => {
                     let row = &mut buf[py * len..][..len];
                     let start = p.pl.min(len);
                     let n = p.w.min(len - start);
-                    row[start..start + n].copy_from_slice(&srow[..n]);
+                    copy_masked(&mut row[start..], rest, n);
                 }
                 // A literal stride: its divisions below become shifts.
-                2 => split_phases(p, 2, py, srow, buf),
-                sw => split_phases(p, sw, py, srow, buf),
+                2 => split_phases(p, 2, py, rest, buf),
+                sw => split_phases(p, sw, py, rest, buf),
             }
         }
     }
 }
 
-/// Copies input row `srow` into the phase rows of padded row `py`: input
+/// Copies the first `n` floats of `src` to `dst`, in blocks of [`BLOCK`]
+/// whose lanes past `n` are written as zeros, where both slices hold whole
+/// blocks (the padded rows keep [`LANES`] zero floats past their last input
+/// column, which stay zero); else with `copy_from_slice`. The rows of small
+/// planes are a few dozen floats, where a `memcpy` call, or one scalar move
+/// per float, costs more than the convolution's arithmetic.
+#[inline(always)]
+fn copy_masked(dst: &mut [f32], src: &[f32], n: usize) {
+    let whole = n.div_ceil(BLOCK) * BLOCK;
+    if dst.len() < whole || src.len() < whole {
+        dst[..n].copy_from_slice(&src[..n]);
+        return;
+    }
+    for (i, (d, s)) in dst[..whole].chunks_exact_mut(BLOCK).zip(src.chunks_exact(BLOCK)).enumerate()
+    {
+        let s: &[f32; BLOCK] = s.try_into().expect("a block");
+        d.copy_from_slice(&keep(s, n - i * BLOCK));
+    }
+}
+
+/// Floats per block of [`copy_masked`] and per de-interleave of
+/// [`split_phases`]: one AVX-512 vector.
+const BLOCK: usize = 16;
+
+/// Per count `k` of leading lanes kept, the bit mask of a block: all ones
+/// for the first `k` lanes, zeros after.
+static KEEP: [[u32; BLOCK]; BLOCK + 1] = {
+    let mut t = [[0u32; BLOCK]; BLOCK + 1];
+    let mut k = 0;
+    while k <= BLOCK {
+        let mut l = 0;
+        while l < k {
+            t[k][l] = u32::MAX;
+            l += 1;
+        }
+        k += 1;
+    }
+    t
+};
+
+/// `v` with its lanes from `k` on set to zero: one vector `and` with a
+/// mask from [`KEEP`] (a select on `l < k` compiles to lane shuffles).
+#[inline(always)]
+fn keep(v: &[f32; BLOCK], k: usize) -> [f32; BLOCK] {
+    let m = &KEEP[k.min(BLOCK)];
+    std::array::from_fn(|l| f32::from_bits(v[l].to_bits() & m[l]))
+}
+
+/// Copies input row `rest[..w]` into the phase rows of padded row `py`: input
 /// column `ix` is padded column `ix + pl`, which goes to phase `(ix + pl) % sw`
 /// at `(ix + pl) / sw`. Whole groups of `sw` columns are dealt out together
-/// (a vector de-interleave for stride 2); columns past the phase rows are
-/// never read.
+/// (a vector de-interleave for stride 2, which may read past the row into
+/// the rest of the plane); columns past the phase rows are never read.
 #[inline(always)]
-fn split_phases(p: &Plane, sw: usize, py: usize, srow: &[f32], buf: &mut [f32]) {
+fn split_phases(p: &Plane, sw: usize, py: usize, rest: &[f32], buf: &mut [f32]) {
+    let srow = &rest[..p.w];
     let (rows, len, pl) = (p.rows, p.len, p.pl);
     let at = |ix: usize| {
         let pc = ix + pl;
@@ -226,22 +279,37 @@ fn split_phases(p: &Plane, sw: usize, py: usize, srow: &[f32], buf: &mut [f32]) 
     let groups = ((srow.len() - first) / sw).min(len.saturating_sub(j0));
     let body = &srow[first..first + groups * sw];
     if sw == 2 {
-        let (even, odd) = buf.split_at_mut(rows * len);
-        let even = &mut even[py * len + j0..][..groups];
-        let odd = &mut odd[py * len + j0..][..groups];
+        let (evens, odds) = buf.split_at_mut(rows * len);
+        // This row's phase rows, from the first group's column on.
+        let even = &mut evens[py * len..][..len][j0..];
+        let odd = &mut odds[py * len..][..len][j0..];
         // Sixteen pairs at a time, with constant indices: a pair of vector
         // shuffles where the CPU has them.
-        let whole = groups / 16 * 16;
-        for (j, pairs) in body[..2 * whole].chunks_exact(32).enumerate() {
-            let pairs: &[f32; 32] = pairs.try_into().expect("32 floats");
-            let e: [f32; 16] = std::array::from_fn(|i| pairs[2 * i]);
-            let o: [f32; 16] = std::array::from_fn(|i| pairs[2 * i + 1]);
-            even[16 * j..][..16].copy_from_slice(&e);
-            odd[16 * j..][..16].copy_from_slice(&o);
+        let whole = groups / BLOCK * BLOCK;
+        for (j, pairs) in body[..2 * whole].chunks_exact(2 * BLOCK).enumerate() {
+            let pairs: &[f32; 2 * BLOCK] = pairs.try_into().expect("a block");
+            let e: [f32; BLOCK] = std::array::from_fn(|i| pairs[2 * i]);
+            let o: [f32; BLOCK] = std::array::from_fn(|i| pairs[2 * i + 1]);
+            even[BLOCK * j..][..BLOCK].copy_from_slice(&e);
+            odd[BLOCK * j..][..BLOCK].copy_from_slice(&o);
         }
-        for j in whole..groups {
-            even[j] = body[2 * j];
-            odd[j] = body[2 * j + 1];
+        let rem = groups - whole;
+        // The last pairs (all of a small plane's row) the same way, in one
+        // block whose lanes past the row are zeros, where the source has a
+        // whole block after them and the phase rows room for one (they keep
+        // LANES zero floats past their input columns, which stay zero).
+        let ahead = &rest[first + 2 * whole..];
+        if rem > 0 && ahead.len() >= 2 * BLOCK && even.len() >= whole + BLOCK {
+            let pairs: &[f32; 2 * BLOCK] = ahead[..2 * BLOCK].try_into().expect("a block");
+            let e: [f32; BLOCK] = std::array::from_fn(|i| pairs[2 * i]);
+            let o: [f32; BLOCK] = std::array::from_fn(|i| pairs[2 * i + 1]);
+            even[whole..][..BLOCK].copy_from_slice(&keep(&e, rem));
+            odd[whole..][..BLOCK].copy_from_slice(&keep(&o, rem));
+        } else {
+            for j in whole..groups {
+                even[j] = body[2 * j];
+                odd[j] = body[2 * j + 1];
+            }
         }
     } else {
         for q in 0..sw {

@@ -345,3 +345,112 @@ WIDTHS(WIDTH_KERNELS)
 RANGE_INT(i8, i8) RANGE_INT(u8, u8) RANGE_INT(i16, i16) RANGE_INT(u16, u16)
 RANGE_INT(i32, int) RANGE_INT(u32, u32) RANGE_INT(i64, i64) RANGE_INT(u64, u64)
 RANGE_FLOAT(f32, float) RANGE_FLOAT(f64, double) RANGE_FLOAT(f16, f16) RANGE_FLOAT(bf16, bf16)
+
+// ---------------------------------------------------------------- scatters
+
+// How a scatter combines an update u with the value v already there
+// (`Reduction` in core: none, add, mul, min, max).
+template <typename C> __device__ __forceinline__ C scatter_combine(int op, C v, C u) {
+    switch (op) {
+        case 1: return v + u;
+        case 2: return v * u;
+        case 3: return u < v ? u : v;
+        case 4: return u > v ? u : v;
+        default: return u;
+    }
+}
+
+// ScatterElements over the data already copied to y: `lines` runs of `count`
+// index elements along the axis, `inner` apart.
+struct ScatterElementsArgs {
+    i64 lines;
+    i64 count;
+    i64 axis_dim;  // data's extent along the axis
+    i64 inner;     // the indices' stride along the axis
+    int rank;
+    int axis;
+    int op;
+    int pad;
+    i64 dims[MOVE_RANK];     // the indices' (and updates') dims
+    i64 strides[MOVE_RANK];  // the data's strides
+};
+
+// One thread per line, applying its updates in order: duplicate indices
+// within a line combine in the spec's order, and two lines never reach the
+// same element.
+template <typename T, typename IDX>
+__device__ void scatter_elements_kernel(const ScatterElementsArgs& a, const IDX* idx, const T* upd, T* y) {
+    for (i64 line = thread_index(); line < a.lines; line += grid_stride()) {
+        i64 rem = line, at = 0, from = 0, step = 1;
+        for (int d = a.rank - 1; d >= 0; --d) {
+            if (d != a.axis) {
+                const i64 c = rem % a.dims[d];
+                rem /= a.dims[d];
+                at += c * a.strides[d];
+                from += c * step;
+            }
+            step *= a.dims[d];
+        }
+        for (i64 k = 0; k < a.count; ++k) {
+            const i64 e = from + k * a.inner;
+            i64 i = (i64)idx[e];
+            if (i < 0) i += a.axis_dim;
+            if (i < 0 || i >= a.axis_dim) {
+                raise_fault(FAULT_INDEX);
+                continue;
+            }
+            const i64 p = at + i * a.strides[a.axis];
+            st(y, p, scatter_combine(a.op, ld(y, p), ld(upd, e)));
+        }
+    }
+}
+
+// ScatterND over the data already copied to y: `updates` index tuples of
+// `k` indices into `dims`, each addressing a slice of `inner` elements.
+struct ScatterNdArgs {
+    i64 updates;
+    i64 inner;
+    int k;
+    int op;
+    i64 dims[MOVE_RANK];     // the data's first k dims
+    i64 strides[MOVE_RANK];  // and their strides
+};
+
+// Without a reduction, one thread per element of every slice (the spec leaves
+// the order of duplicate tuples open); with one, one thread per slice
+// element, applying the tuples in order.
+template <typename T, typename IDX>
+__device__ void scatter_nd_kernel(const ScatterNdArgs& a, const IDX* idx, const T* upd, T* y) {
+    const bool each = a.op == 0;
+    const i64 n = each ? a.updates * a.inner : a.inner;
+    for (i64 t = thread_index(); t < n; t += grid_stride()) {
+        const i64 e = each ? t % a.inner : t;
+        const i64 first = each ? t / a.inner : 0, end = each ? first + 1 : a.updates;
+        for (i64 u = first; u < end; ++u) {
+            i64 off = 0;
+            bool ok = true;
+            for (int j = 0; j < a.k; ++j) {
+                i64 i = (i64)idx[u * a.k + j];
+                if (i < 0) i += a.dims[j];
+                ok = ok && i >= 0 && i < a.dims[j];
+                off += i * a.strides[j];
+            }
+            if (!ok) {
+                raise_fault(FAULT_INDEX);
+                continue;
+            }
+            const i64 p = off + e;
+            st(y, p, scatter_combine(a.op, ld(y, p), ld(upd, u * a.inner + e)));
+        }
+    }
+}
+
+#define SCATTER(T, S)                                                                             \
+    extern "C" __global__ void scatter_elements_##S##_i32(ScatterElementsArgs a, const int* idx, const T* u, T* y) { scatter_elements_kernel<T, int>(a, idx, u, y); } \
+    extern "C" __global__ void scatter_elements_##S##_i64(ScatterElementsArgs a, const i64* idx, const T* u, T* y) { scatter_elements_kernel<T, i64>(a, idx, u, y); } \
+    extern "C" __global__ void scatter_nd_##S##_i32(ScatterNdArgs a, const int* idx, const T* u, T* y) { scatter_nd_kernel<T, int>(a, idx, u, y); } \
+    extern "C" __global__ void scatter_nd_##S##_i64(ScatterNdArgs a, const i64* idx, const T* u, T* y) { scatter_nd_kernel<T, i64>(a, idx, u, y); }
+
+SCATTER(float, f32) SCATTER(double, f64) SCATTER(f16, f16) SCATTER(bf16, bf16)
+SCATTER(i8, i8) SCATTER(u8, u8) SCATTER(i16, i16) SCATTER(u16, u16)
+SCATTER(int, i32) SCATTER(u32, u32) SCATTER(i64, i64) SCATTER(u64, u64)

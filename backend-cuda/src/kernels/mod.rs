@@ -13,6 +13,8 @@ mod norm;
 mod pool;
 mod reduce;
 mod resize;
+mod scan;
+mod scatter;
 
 use std::collections::HashMap;
 
@@ -126,6 +128,8 @@ impl Registry {
         indexing::register_all(&mut r);
         generate::register_all(&mut r);
         reduce::register_all(&mut r);
+        scan::register_all(&mut r);
+        scatter::register_all(&mut r);
         nn::register_all(&mut r);
         norm::register_all(&mut r);
         linalg::register_all(&mut r);

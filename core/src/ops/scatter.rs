@@ -306,6 +306,10 @@ impl Op for Cumulative {
         like_input(inputs)
     }
 
+    fn value_inputs(&self) -> Vec<usize> {
+        vec![1]
+    }
+
     fn in_place(&self) -> Vec<usize> {
         vec![0]
     }

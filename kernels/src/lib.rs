@@ -49,6 +49,8 @@ kernels! {
     Movement => "movement.cu",
     /// Reductions over axes, ArgMax/ArgMin, and the Softmax family.
     Reduce => "reduce.cu",
+    /// Cumulative sums and products (CumSum, CumProd).
+    Scan => "scan.cu",
     /// LayerNormalization and its variants, BatchNormalization, InstanceNormalization.
     Norm => "norm.cu",
     /// Convolution as an implicit GEMM.

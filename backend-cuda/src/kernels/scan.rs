@@ -1,6 +1,6 @@
 //! CumSum and CumProd: one warp per line along the axis, scanning 32
 //! elements at a time with shuffles and carrying the running result
-//! (`cumulative_T` in reduce.cu). A long axis is 32 lanes wide instead of
+//! (`cumulative_T` in scan.cu). A long axis is 32 lanes wide instead of
 //! one thread walking it; many short lines get a warp each.
 
 use onyx_core::dtype::DType;
@@ -13,7 +13,7 @@ use super::elementwise::entry;
 use super::{CudaKernel, Io, Registry, in_dtype, op, unsupported};
 use crate::gpu::{Args, Gpu};
 
-/// `ScanShape` in reduce.cu.
+/// `ScanShape` in scan.cu.
 #[repr(C)]
 #[derive(Copy, Clone, Debug)]
 struct ScanShape {
@@ -26,7 +26,7 @@ struct ScanShape {
     pad: i32,
 }
 
-// SAFETY: plain `#[repr(C)]` data matching `struct ScanShape` in reduce.cu.
+// SAFETY: plain `#[repr(C)]` data matching `struct ScanShape` in scan.cu.
 unsafe impl cudarc::driver::DeviceRepr for ScanShape {}
 
 /// The lines of `dims` along `axis`: `(lines, len, inner)`.
@@ -64,7 +64,7 @@ impl CudaKernel for ScanKernel {
             reverse: self.op.reverse.into(),
             pad: 0,
         };
-        let f = gpu.function(Kernel::Reduce, self.name)?;
+        let f = gpu.function(Kernel::Scan, self.name)?;
         let a = Args::new().push(shape).push(io.in_ptr(0)?).push(io.out_ptr(0)?);
         // SAFETY: matches `cumulative_T(ScanShape, const T*, T*)` with T the
         // input's dtype; the lines cover exactly the input's elements, and the

@@ -13,7 +13,7 @@ use rayon::prelude::*;
 use crate::par::Loop;
 
 use super::elementwise::activate;
-use super::matmul::{GemmType, Mat, gemm_into, gemm_row_bands};
+use super::matmul::{GemmType, Mat, RowsDone, gemm_into, gemm_row_bands};
 use super::narrow::{NARROW_COLS, narrow_product};
 use super::{CpuKernel, KernelIo, KernelRegistry, in_dtype, op, unsupported_dtype};
 
@@ -224,6 +224,16 @@ fn conv<T: GemmType + bytemuck::Pod + num_traits::Zero>(
                     bytemuck::cast_slice_mut(&mut out[out_off..out_off + mg * os]),
                 );
             } else if pointwise {
+                // Bias and activation on each band of output channels as soon
+                // as it is computed, while it is in cache.
+                let first = gi * mg;
+                let done = |r0: usize, rows: &mut [T]| {
+                    for (i, row) in rows.chunks_exact_mut(os.max(1)).enumerate() {
+                        bias_act(bias, activation, first + r0 + i, row);
+                    }
+                };
+                let done: Option<RowsDone<'_, T>> =
+                    (bias.is_some() || activation.is_some()).then_some(&done);
                 // SAFETY: the image group is cg × os contiguous; out block is mg × os,
                 // and the weights advance by one row (cg) per output channel.
                 unsafe {
@@ -235,6 +245,7 @@ fn conv<T: GemmType + bytemuck::Pod + num_traits::Zero>(
                         wm,
                         x,
                         Mat::row_major(x_off, os, false),
+                        done,
                     )
                 };
             } else {
@@ -255,25 +266,34 @@ fn conv<T: GemmType + bytemuck::Pod + num_traits::Zero>(
                 };
             }
         }
-        if bias.is_some() || activation.is_some() {
+        // Pointwise products not taken as narrow applied them band by band.
+        if (bias.is_some() || activation.is_some()) && (narrow || !pointwise) {
             // Bias and activation together, one output channel at a time.
             out[b * m * os..(b + 1) * m * os]
                 .par_chunks_mut(os.max(1))
                 .enumerate()
                 .with_min_len(super::min_rows(os))
-                .each(|(ch, row)| {
-                    if let Some(bias) = bias {
-                        let bv = bias[ch];
-                        row.iter_mut().for_each(|v| *v = *v + bv);
-                    }
-                    if let Some(kind) = activation {
-                        // FusedConv kernels are built for f32 only.
-                        activate(kind, bytemuck::cast_slice_mut(row));
-                    }
-                });
+                .each(|(ch, row)| bias_act(bias, activation, ch, row));
         }
     }
     Ok(())
+}
+
+/// Adds output channel `ch`'s bias to its `row` and applies the activation.
+fn bias_act<T: GemmType + bytemuck::Pod>(
+    bias: Option<&[T]>,
+    activation: Option<UnaryKind>,
+    ch: usize,
+    row: &mut [T],
+) {
+    if let Some(bias) = bias {
+        let bv = bias[ch];
+        row.iter_mut().for_each(|v| *v = *v + bv);
+    }
+    if let Some(kind) = activation {
+        // FusedConv kernels are built for f32 only.
+        activate(kind, bytemuck::cast_slice_mut(row));
+    }
 }
 
 impl CpuKernel for ConvKernel {
@@ -470,6 +490,58 @@ mod tests {
     }
 
     #[test]
+    fn pointwise_convolution_adds_bias_and_activation_to_every_band_of_channels() {
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+        // (input dims, output channels, group): bands of rows on two threads,
+        // two groups of two images, a wide product (one call, then parallel
+        // rows), and a narrow one (few positions).
+        let cases = [
+            ([1, 64, 14, 14], 96, 1),
+            ([2, 64, 7, 9], 128, 2),
+            ([1, 16, 40, 40], 48, 1),
+            ([1, 32, 2, 2], 64, 1),
+        ];
+        for (xs, m, g) in cases {
+            let window = Window {
+                kernel: Some(vec![1, 1]),
+                strides: None,
+                dilations: None,
+                pads: None,
+                auto_pad: AutoPad::NotSet,
+                ceil_mode: false,
+            };
+            let geo = window.geometry(&xs[2..], &[1, 1]).unwrap();
+            let ws = [m, xs[1] / g, 1, 1];
+            let mut x: Vec<f32> =
+                (0..xs.iter().product::<usize>()).map(|i| ((i * 7) % 13) as f32 - 6.0).collect();
+            let mut w: Vec<f32> = (0..ws.iter().product::<usize>())
+                .map(|i| ((i * 5) % 11) as f32 * 0.25 - 1.0)
+                .collect();
+            let mut b: Vec<f32> = (0..m).map(|i| i as f32 * 0.5 - 20.0).collect();
+            let linear = naive(&x, xs, &w, ws, &b, g, &geo);
+            let os = [xs[0], m, geo.output[0], geo.output[1]];
+            for activation in [None, Some(UnaryKind::Relu)] {
+                let want: Vec<f32> = match activation {
+                    Some(_) => linear.iter().map(|v| v.max(0.0)).collect(),
+                    None => linear.clone(),
+                };
+                let mut out = vec![f32::NAN; want.len()];
+                let c = Conv { window: window.clone(), group: g };
+                pool.install(|| {
+                    let io = KernelIo {
+                        inputs: vec![view(&mut x, &xs), view(&mut w, &ws), view(&mut b, &[m])],
+                        outputs: vec![view(&mut out, &os)],
+                        values: vec![],
+                    };
+                    conv::<f32>(&io, &c, activation)
+                })
+                .unwrap();
+                assert_eq!(out, want, "input {xs:?}, {m} outputs, group {g}, {activation:?}");
+            }
+        }
+    }
+
+    #[test]
     fn depthwise_convolution_matches_a_naive_one_for_strides_pads_and_dilations() {
         // (input dims, kernel, stride, dilation, pads, channel multiplier)
         let cases = [
@@ -494,6 +566,17 @@ mod tests {
             // through one masked block, read past the row into the next
             // plane, whose values must not reach the padding.
             ([1, 3, 9, 28], 3, 2, 1, [1, 1, 1, 1], 1),
+            // Whole blocks of sixteen channels (the blocked path, with
+            // AVX-512): 7 × 7 and strided planes, dilation, uneven pads, rows
+            // over sixteen wide, two images, and output counts that leave
+            // every size of partial group.
+            ([1, 32, 7, 7], 5, 1, 1, [2, 2, 2, 2], 1),
+            ([2, 16, 14, 14], 5, 2, 1, [2, 2, 2, 2], 1),
+            ([1, 48, 28, 28], 3, 2, 1, [1, 1, 1, 1], 1),
+            ([1, 16, 9, 11], 3, 1, 2, [2, 1, 0, 2], 1),
+            ([1, 16, 21, 37], 3, 2, 1, [0, 1, 1, 0], 1),
+            ([1, 16, 5, 3], 3, 1, 1, [1, 1, 1, 1], 1),
+            ([1, 16, 2, 2], 3, 2, 1, [1, 1, 1, 1], 1),
         ];
         for (xs, k, s, d, pads, mult) in cases {
             let window = Window {

@@ -117,17 +117,25 @@ unsafe fn gemm_with<T: GemmType>(
     }
 }
 
+/// What [`gemm_row_bands`] does to rows of the product once they are
+/// computed: `(index of the first row, those rows)`, for a bias and an
+/// activation applied while the rows are still in cache.
+pub(crate) type RowsDone<'a, T> = &'a (dyn Fn(usize, &mut [T]) + Sync);
+
 /// [`gemm_into`] for a row-major `dst` (row stride `n`), not accumulating,
 /// with its rows split among the pool's threads: each part is a one-thread
-/// product of a band of `a`'s rows with all of `b`.
+/// product of a band of `a`'s rows with all of `b`, after which `done` (if
+/// any) runs on the band's rows.
 ///
 /// `gemm`'s own parallel split scaled a 1 × 1 Conv (256 → 256 channels over
 /// 14 × 14) 1.5× on two threads; bands of rows, each packing `b` for itself,
 /// took 8% less time there (122 → 113 µs). Serial runs, products too small to
-/// split and wide ones take [`gemm_into`].
+/// split and wide ones take [`gemm_into`], then `done` over parallel runs
+/// of rows.
 ///
 /// # Safety
 /// As [`gemm_into`]; `a` must advance by `ma.row_stride` per row of `dst`.
+#[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn gemm_row_bands<T: GemmType>(
     (m, n, k): (usize, usize, usize),
     dst: &mut [T],
@@ -136,27 +144,36 @@ pub(crate) unsafe fn gemm_row_bands<T: GemmType>(
     ma: Mat,
     b: &[T],
     mb: Mat,
+    done: Option<RowsDone<'_, T>>,
 ) {
     let threads = rayon::current_num_threads();
+    let out = &mut dst[dst_offset..dst_offset + m * n];
     // Wide products (many columns) split well in `gemm` itself, and there
     // each band's own packing of `b` cost more than it saved (a 1 × 1 Conv
     // over 56 × 56 positions went from 138 to 156 µs).
     // `parallelism` also keeps serial runs on one thread.
     if threads < 2 || m < 32 || n > 1024 || matches!(parallelism(m, n, k), Parallelism::None) {
         // SAFETY: forwarded from the caller.
-        unsafe { gemm_into((m, n, k), dst, dst_offset, a, ma, b, mb, false, T::one()) };
+        unsafe { gemm_into((m, n, k), out, 0, a, ma, b, mb, false, T::one()) };
+        if let Some(done) = done {
+            let rows = super::min_rows(n);
+            out.par_chunks_mut(rows * n.max(1)).enumerate().each(|(i, c)| done(i * rows, c));
+        }
         return;
     }
     // Two bands per thread (the last ones finish while others still run),
     // in whole groups of 16 rows (gemm's micro-kernel height).
     let rows = m.div_ceil(2 * threads).next_multiple_of(16);
-    dst[dst_offset..dst_offset + m * n].par_chunks_mut(rows * n).enumerate().each(|(i, band)| {
+    out.par_chunks_mut(rows * n).enumerate().each(|(i, band)| {
         let r0 = i * rows;
         let mr = band.len() / n;
         let ma = Mat { offset: (ma.offset as isize + r0 as isize * ma.row_stride) as usize, ..ma };
         // SAFETY: band rows r0..r0 + mr of dst, and the same rows of `a`,
         // lie inside the caller's bounds; bands do not overlap.
-        unsafe { gemm_with(Parallelism::None, (mr, n, k), band, 0, a, ma, b, mb, false, T::one()) }
+        unsafe { gemm_with(Parallelism::None, (mr, n, k), band, 0, a, ma, b, mb, false, T::one()) };
+        if let Some(done) = done {
+            done(r0, band);
+        }
     });
 }
 
@@ -503,11 +520,28 @@ mod tests {
                 crate::par::serial(|| {
                     gemm_into((m, n, k), &mut want, 0, &a, ma, &b, mb, false, 1.0)
                 });
-                pool.install(|| gemm_row_bands((m, n, k), &mut got, 3, &a, ma, &b, mb));
+                pool.install(|| gemm_row_bands((m, n, k), &mut got, 3, &a, ma, &b, mb, None));
             }
             assert!(got[..3].iter().all(|v| v.is_nan()), "{m}x{n}x{k}: wrote before its offset");
             // Small integers and quarters: every partial sum is exact.
             assert_eq!(&got[3..], &want[..], "{m}x{n}x{k}");
+            // With a row function: each row once, told its index, on the
+            // banded and on the single-call path.
+            let plus_row = |r0: usize, rows: &mut [f32]| {
+                for (i, row) in rows.chunks_exact_mut(n).enumerate() {
+                    row.iter_mut().for_each(|v| *v += (r0 + i) as f32);
+                }
+            };
+            for p in [&pool, &rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap()] {
+                let mut got = vec![f32::NAN; m * n];
+                // SAFETY: as above, from offset 0.
+                p.install(|| unsafe {
+                    gemm_row_bands((m, n, k), &mut got, 0, &a, ma, &b, mb, Some(&plus_row))
+                });
+                let shifted: Vec<f32> =
+                    want.iter().enumerate().map(|(i, v)| v + (i / n) as f32).collect();
+                assert_eq!(got, shifted, "{m}x{n}x{k}, {} threads", p.current_num_threads());
+            }
         }
     }
 }

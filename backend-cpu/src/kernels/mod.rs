@@ -14,6 +14,8 @@ mod cast;
 mod causal;
 mod conv;
 mod depthwise;
+#[cfg(target_arch = "x86_64")]
+mod depthwise_blocked;
 mod direct;
 mod dispatch;
 mod domains;

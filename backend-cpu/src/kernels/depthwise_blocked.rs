@@ -33,9 +33,9 @@ const GROUP: usize = 8;
 
 /// Runs the depthwise Conv of [`super::depthwise::depthwise2d`] blocked by
 /// channels, or returns `None` where that path does not apply: no AVX-512,
-/// a channel multiplier, channels that are not whole blocks, or planes where
-/// the row-vector path is faster (wide output rows at stride 1, where the
-/// two transposes cost more than the lanes they fill).
+/// a channel multiplier, channels that are not whole blocks, or output rows
+/// 32 or more wide, where the row-vector path is as fast or faster (the two
+/// transposes cost more than the lanes they fill; see [`Block::suits`]).
 pub(super) fn run(
     io: &KernelIo,
     xs: &[usize],

@@ -301,7 +301,23 @@ const SERIAL_BELOW: Duration = Duration::from_millis(1);
 /// and the next kernel that splits its loop must wake it: on a virtual machine
 /// that costs tens of microseconds per kernel, and a CNN of 60 kernels ran
 /// only 1.2× faster on two threads than on one.
+///
+/// A spinner also gives up after [`SPIN_IDLE`] without work. It is a rayon
+/// job, and rayon stacks jobs: a worker that stole half of a kernel's split
+/// loop and waits for the other half picks up whatever job is queued, which
+/// can be the run's own spinner. A spinner that returned only at the end of
+/// the run then sat on top of the stolen half the run was waiting for, and
+/// both threads waited for each other forever. That happened within a few
+/// hundred runs of the CNN at two threads while other processes kept the
+/// cores busy; now such a stack unwinds after [`SPIN_IDLE`].
 struct Spinners(Arc<AtomicBool>);
+
+/// How long a [`Spinners`] thread keeps looking for work without finding
+/// any before it returns (and its thread may go to sleep). Longer than the
+/// gaps between a run's parallel kernels, short enough that a spinner
+/// stacked on top of work the run waits for (see [`Spinners`]) costs a
+/// fraction of a millisecond, not a hang.
+const SPIN_IDLE: Duration = Duration::from_micros(500);
 
 impl Spinners {
     /// Starts a spinner on every thread of the current pool but this one.
@@ -314,8 +330,13 @@ impl Spinners {
             if Some(ctx.index()) == me {
                 return;
             }
+            let mut idle_since = Instant::now();
             while !flag.load(Ordering::Acquire) {
-                if rayon::yield_now() != Some(rayon::Yield::Executed) {
+                if rayon::yield_now() == Some(rayon::Yield::Executed) {
+                    idle_since = Instant::now();
+                } else if idle_since.elapsed() > SPIN_IDLE {
+                    return;
+                } else {
                     std::hint::spin_loop();
                 }
             }

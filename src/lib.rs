@@ -23,6 +23,7 @@ mod error;
 pub mod inputs;
 pub mod npy;
 mod session;
+mod workers;
 
 pub use device::Device;
 pub use error::{Error, Result};

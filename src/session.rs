@@ -4,7 +4,6 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -20,6 +19,7 @@ use onyx_cpu::{CpuOptions, CpuProvider};
 
 use crate::device::{self, Device};
 use crate::error::{Error, Result};
+use crate::workers::Workers;
 
 /// Called during loading with `(bytes uploaded, total bytes)` of the weights.
 pub type Progress = Box<dyn Fn(u64, u64) + Send + Sync>;
@@ -187,15 +187,12 @@ impl SessionBuilder {
         }
         let workers = match self.threads {
             Some(1) => Workers::Caller,
-            Some(n) => Workers::Pool {
-                pool: Arc::new(
-                    rayon::ThreadPoolBuilder::new()
-                        .num_threads(n)
-                        .build()
-                        .map_err(|source| Error::Threads { threads: n, source })?,
-                ),
-                last_us: AtomicU64::new(0),
-            },
+            Some(n) => Workers::pool(
+                rayon::ThreadPoolBuilder::new()
+                    .num_threads(n)
+                    .build()
+                    .map_err(|source| Error::Threads { threads: n, source })?,
+            ),
             None => Workers::Global,
         };
         let graph = Arc::new(model.graph.clone());
@@ -267,111 +264,6 @@ pub struct Session {
     /// Weight bytes per provider, subgraphs included: what each run reports
     /// (summed once, not through every subgraph on every run).
     weights: Vec<u64>,
-}
-
-/// Where a session's CPU kernels run.
-enum Workers {
-    /// No thread count given: rayon's global pool (all cores), entered from the caller.
-    Global,
-    /// One thread: the caller's own. Kernels loop serially ([`onyx_cpu::serial`]),
-    /// so a run hands nothing to another thread and never waits for one to wake.
-    Caller,
-    /// The session's own pool. A run goes to it unless the previous run was
-    /// short (see [`SERIAL_BELOW`]); then it stays on the caller, serially.
-    Pool {
-        /// The threads.
-        pool: Arc<rayon::ThreadPool>,
-        /// Wall time of the last run, in microseconds (0 before the first).
-        last_us: AtomicU64,
-    },
-}
-
-/// Runs that took less than this stay on the caller's thread. Handing a run to
-/// a pool and back costs two thread wake-ups, tens of microseconds each (more
-/// on a virtual machine), and a second thread saves at most half of a run; a
-/// sub-millisecond model such as a voice-activity detector ran 1.8× slower in
-/// a two-thread pool than serially on the caller. The rule looks at the last
-/// run, so a session whose inputs grow goes back to the pool.
-const SERIAL_BELOW: Duration = Duration::from_millis(1);
-
-/// Keeps the pool's other threads awake and stealing work for as long as it
-/// lives (a run), as onnxruntime's pool spins between parallel sections.
-///
-/// Without it, a worker that finds no work goes to sleep within microseconds,
-/// and the next kernel that splits its loop must wake it: on a virtual machine
-/// that costs tens of microseconds per kernel, and a CNN of 60 kernels ran
-/// only 1.2× faster on two threads than on one.
-///
-/// A spinner also gives up after [`SPIN_IDLE`] without work. It is a rayon
-/// job, and rayon stacks jobs: a worker that stole half of a kernel's split
-/// loop and waits for the other half picks up whatever job is queued, which
-/// can be the run's own spinner. A spinner that returned only at the end of
-/// the run then sat on top of the stolen half the run was waiting for, and
-/// both threads waited for each other forever. That happened within a few
-/// hundred runs of the CNN at two threads while other processes kept the
-/// cores busy; now such a stack unwinds after [`SPIN_IDLE`].
-struct Spinners(Arc<AtomicBool>);
-
-/// How long a [`Spinners`] thread keeps looking for work without finding
-/// any before it returns (and its thread may go to sleep). Longer than the
-/// gaps between a run's parallel kernels, short enough that a spinner
-/// stacked on top of work the run waits for (see [`Spinners`]) costs a
-/// fraction of a millisecond, not a hang.
-const SPIN_IDLE: Duration = Duration::from_micros(500);
-
-impl Spinners {
-    /// Starts a spinner on every thread of the current pool but this one.
-    fn start() -> Spinners {
-        let done = Arc::new(AtomicBool::new(false));
-        let me = rayon::current_thread_index();
-        let flag = done.clone();
-        rayon::spawn_broadcast(move |ctx| {
-            // Our own copy returns at once: this thread runs the model.
-            if Some(ctx.index()) == me {
-                return;
-            }
-            let mut idle_since = Instant::now();
-            while !flag.load(Ordering::Acquire) {
-                if rayon::yield_now() == Some(rayon::Yield::Executed) {
-                    idle_since = Instant::now();
-                } else if idle_since.elapsed() > SPIN_IDLE {
-                    return;
-                } else {
-                    std::hint::spin_loop();
-                }
-            }
-        });
-        Spinners(done)
-    }
-}
-
-impl Drop for Spinners {
-    fn drop(&mut self) {
-        self.0.store(true, Ordering::Release);
-    }
-}
-
-impl Workers {
-    fn run<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
-        match self {
-            Workers::Global => f(),
-            Workers::Caller => onyx_cpu::serial(f),
-            Workers::Pool { pool, last_us } => {
-                let start = Instant::now();
-                let last = last_us.load(Ordering::Relaxed);
-                let r = if last > 0 && last < SERIAL_BELOW.as_micros() as u64 {
-                    onyx_cpu::serial(f)
-                } else {
-                    pool.install(|| {
-                        let _spinning = Spinners::start();
-                        f()
-                    })
-                };
-                last_us.store(start.elapsed().as_micros().max(1) as u64, Ordering::Relaxed);
-                r
-            }
-        }
-    }
 }
 
 /// Name, type and declared shape of a model input or output.

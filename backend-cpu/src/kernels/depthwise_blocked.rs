@@ -142,7 +142,7 @@ impl Block {
     /// stride 1 took 1.2–1.7× as long, the transposes costing more than the
     /// lanes they fill.
     fn suits(&self) -> bool {
-        self.oh * self.ow > 0 && self.ow < 2 * CH
+        self.oh * self.ow > 0 && self.kh * self.kw > 0 && self.ow < 2 * CH
     }
 }
 

@@ -98,13 +98,13 @@ struct Block {
     ow: usize,
     sh: usize,
     sw: usize,
-    dh: usize,
-    dw: usize,
     pt: usize,
     pl: usize,
     /// Padded rows and columns read by some output.
     ph: usize,
     pw: usize,
+    /// Each tap's offset, in positions, from the first one an output reads.
+    offsets: Vec<usize>,
 }
 
 impl Block {
@@ -116,6 +116,9 @@ impl Block {
         let span = |o: usize, s: usize, k: usize, d: usize| {
             if o == 0 || k == 0 { 0 } else { (o - 1) * s + (k - 1) * d + 1 }
         };
+        let pw = span(ow, sw, kw, dw);
+        let offsets =
+            (0..kh).flat_map(|ky| (0..kw).map(move |kx| ky * dh * pw + kx * dw)).collect();
         Block {
             h: xs[2],
             w: xs[3],
@@ -125,12 +128,11 @@ impl Block {
             ow,
             sh,
             sw,
-            dh,
-            dw,
             pt: geo.pads_begin[0],
             pl: geo.pads_begin[1],
             ph: span(oh, sh, kh, dh),
-            pw: span(ow, sw, kw, dw),
+            pw,
+            offsets,
         }
     }
 
@@ -165,7 +167,7 @@ impl Scratch {
     /// interior positions, so the padding, zeroed once, stays zero.
     fn prepare(&mut self, g: &Block) {
         let geometry = [g.ph, g.pw, g.pt, g.pl, g.h, g.w];
-        if self.zeroed != geometry || self.input.len() != g.ph * g.pw {
+        if self.zeroed != geometry {
             self.zeroed = geometry;
             self.input.clear();
             self.input.resize(g.ph * g.pw, [0.0; CH]);
@@ -274,13 +276,11 @@ fn sums(
     if out.is_empty() {
         return;
     }
-    // Each tap's offset from the first position an output reads; the
-    // furthest read is the last output's last tap.
-    let offsets: Vec<usize> =
-        (0..g.kh).flat_map(|ky| (0..g.kw).map(move |kx| ky * g.dh * g.pw + kx * g.dw)).collect();
-    let last = (g.oh - 1) * g.sh * g.pw + (g.ow - 1) * g.sw + offsets.last().copied().unwrap_or(0);
+    // The furthest read is the last output's last tap.
+    let last =
+        (g.oh - 1) * g.sh * g.pw + (g.ow - 1) * g.sw + g.offsets.last().copied().unwrap_or(0);
     assert!(last < buf.len());
-    let row = Row { simd, buf, taps, offsets: &offsets, start };
+    let row = Row { simd, buf, taps, offsets: &g.offsets, start };
     for oy in 0..g.oh {
         let mut ox = 0;
         while ox < g.ow {

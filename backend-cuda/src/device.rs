@@ -26,7 +26,7 @@ pub struct DeviceInfo {
     pub multiprocessors: u32,
 }
 
-/// Checks that the driver, NVRTC and cuBLAS libraries can be loaded.
+/// Checks that the driver, NVRTC, cuBLAS and cuBLASLt libraries can be loaded.
 ///
 /// # Errors
 /// [`EpError::Device`] naming the first missing library.
@@ -37,6 +37,7 @@ pub fn check_libraries() -> Result<(), EpError> {
             ("libcuda (the NVIDIA driver)", cudarc::driver::sys::is_culib_present()),
             ("libnvrtc (the CUDA run-time compiler)", cudarc::nvrtc::sys::is_culib_present()),
             ("libcublas", cudarc::cublas::sys::is_culib_present()),
+            ("libcublasLt", cudarc::cublaslt::sys::is_culib_present()),
         ]
     };
     match present.iter().find(|(_, ok)| !ok) {

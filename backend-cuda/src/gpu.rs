@@ -1,5 +1,5 @@
 //! The device side of the provider: context, stream, memory pool, loaded
-//! modules and the cuBLAS handle, with the launch helpers kernels use.
+//! modules and the cuBLAS and cuBLASLt handles, with the launch helpers kernels use.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -79,6 +79,11 @@ pub(crate) struct Gpu {
     pub sms: u32,
     pub allow_tf32: bool,
     pub blas: CudaBlas,
+    /// cuBLASLt, for GEMMs that add a bias in their epilogue.
+    pub lt: crate::lt::Lt,
+    /// The workspace's address, shared by cuBLAS and cuBLASLt (both queue on
+    /// the one stream, so their uses never overlap).
+    pub blas_workspace: u64,
     /// cuBLAS's workspace (Hopper kernels want 32 MiB), outside the pool so
     /// the pool's figures stay the model's own.
     _blas_workspace: cudarc::driver::CudaSlice<u8>,
@@ -119,6 +124,7 @@ impl Gpu {
         }
         .result()
         .map_err(|e| EpError::Device(format!("setting the cuBLAS workspace: {e:?}")))?;
+        let lt = crate::lt::Lt::new()?;
         Ok(Gpu {
             ctx,
             stream,
@@ -127,6 +133,8 @@ impl Gpu {
             sms,
             allow_tf32,
             blas,
+            lt,
+            blas_workspace: ptr,
             _blas_workspace: workspace,
             modules: Mutex::new(HashMap::new()),
             functions: Mutex::new(HashMap::new()),

@@ -1,7 +1,7 @@
 //! Onyx's CUDA backend: NVRTC-compiled kernels and cuBLAS behind the core
 //! [`ExecutionProvider`](onyx_core::ep::ExecutionProvider).
 //!
-//! The CUDA libraries (driver, NVRTC, cuBLAS) are loaded at run time, so this
+//! The CUDA libraries (driver, NVRTC, cuBLAS, cuBLASLt) are loaded at run time, so this
 //! crate builds on machines with no CUDA toolkit and no GPU; opening a device
 //! there is an error that names the missing library, never a panic.
 
@@ -12,6 +12,7 @@ pub mod compile;
 mod device;
 mod gpu;
 mod kernels;
+mod lt;
 mod provider;
 mod record;
 

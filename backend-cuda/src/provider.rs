@@ -468,10 +468,14 @@ impl ExecutionProvider for CudaProvider {
     }
 
     /// Attention keeps its scores on chip, SkipLayerNormalization adds and
-    /// normalizes in one pass and BiasGelu adds the bias in Gelu's pass: all
-    /// beat their chains here (as the folded Conv and Gelu do everywhere).
+    /// normalizes in one pass, BiasGelu adds the bias in Gelu's pass and a
+    /// Gemm adds its bias in cuBLASLt's epilogue: all beat their chains here
+    /// (as the folded Conv and Gelu do everywhere).
     fn prefers_fused(&self, _domain: &str, op_type: &str) -> bool {
-        matches!(op_type, "Gelu" | "Conv" | "Attention" | "SkipLayerNormalization" | "BiasGelu")
+        matches!(
+            op_type,
+            "Gelu" | "Conv" | "Attention" | "SkipLayerNormalization" | "BiasGelu" | "Gemm"
+        )
     }
 
     fn prepare(&self, spec: &KernelSpec<'_>) -> Result<KernelId, EpError> {

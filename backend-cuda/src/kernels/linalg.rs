@@ -1,6 +1,7 @@
 //! MatMul and Gemm through cuBLAS (`cublasGemmStridedBatchedEx`), in f32
 //! (TF32 only when the session allows it), f16 and bf16 with f32 accumulation,
-//! and f64.
+//! and f64. A Gemm whose C is a bias along its rows (what fusion makes of
+//! `MatMul + bias`) adds it in cuBLASLt's epilogue instead ([`crate::lt`]).
 //!
 //! Row-major products map onto column-major cuBLAS by computing the transpose:
 //! `C = A·B` (row-major) is `Cᵀ = Bᵀ·Aᵀ`, and a row-major matrix read as
@@ -17,6 +18,7 @@ use super::{
     CudaKernel, Io, Registry, Strided, broadcast_strides, in_dtype, op, unsupported, width,
 };
 use crate::gpu::{Args, Gpu};
+use crate::lt::BiasProduct;
 
 /// The cuBLAS data and compute types of a dtype.
 fn types(dtype: DType, tf32: bool) -> Option<(cudaDataType, cublasComputeType_t)> {
@@ -229,6 +231,35 @@ impl CudaKernel for GemmKernel {
         let n = out[1];
         let y = io.out_ptr(0)?;
         let use_c = io.has_input(2) && self.op.beta != 0.0;
+        let positive = m > 0 && n > 0 && k > 0;
+        if use_c && positive && self.op.beta == 1.0 && is_row_bias(&io.input(2)?.shape, n) {
+            // C is a bias along the rows: added in cuBLASLt's epilogue.
+            let p = BiasProduct {
+                m,
+                n,
+                k,
+                trans_a: self.op.trans_a,
+                trans_b: self.op.trans_b,
+                alpha: self.op.alpha,
+            };
+            let ptrs = [io.in_ptr(0)?, io.in_ptr(1)?, io.in_ptr(2)?, y];
+            // SAFETY: A, B, C and Y hold the shapes checked above in this
+            // dtype; the workspace is the provider's, used only on its stream.
+            let queued = unsafe {
+                gpu.lt.gemm_bias(
+                    self.dtype,
+                    gpu.allow_tf32,
+                    &p,
+                    ptrs,
+                    gpu.blas_workspace,
+                    crate::gpu::BLAS_WORKSPACE,
+                    gpu.stream.cu_stream().cast(),
+                )?
+            };
+            if queued {
+                return Ok(());
+            }
+        }
         if use_c {
             broadcast(gpu, self.dtype, &io.input(2)?.shape, out, io.in_ptr(2)?, y)?;
         }
@@ -248,6 +279,11 @@ impl CudaKernel for GemmKernel {
         debug_assert_eq!(sb.len(), 2);
         gemm(gpu, self.dtype, &p, io.in_ptr(0)?, io.in_ptr(1)?, y)
     }
+}
+
+/// Whether Gemm's C of shape `c` is one value per output column: `[n]` or `[1, n]`.
+fn is_row_bias(c: &[usize], n: usize) -> bool {
+    matches!(c, [w] | [1, w] if *w == n)
 }
 
 fn float_dtype(s: &KernelSpec<'_>) -> Result<DType, EpError> {

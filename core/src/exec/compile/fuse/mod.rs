@@ -13,11 +13,14 @@
 //!   `Attention` (opset 23), so the scores need not reach memory.
 //! - [`skip_norm`]: `LayerNormalization(x·W + bias + residual)` becomes one
 //!   `com.microsoft` `SkipLayerNormalization`.
+//! - [`matmul_bias`]: the bias Adds left after those, `x·W + bias` with
+//!   constant weights, become one `Gemm` between views (CUDA, which adds the
+//!   bias in cuBLASLt's epilogue).
 //!
 //! A chain is fused only where its intermediates have no other reader and
 //! the first provider has a kernel for the fused op that it prefers to the
 //! chain ([`ExecutionProvider::prefers_fused`]: every provider takes the
-//! folded Conv and Gelu, and FusedConv where it has the op (the CPU); CUDA also takes Attention and SkipLayerNormalization,
+//! folded Conv and Gelu, and FusedConv where it has the op (the CPU); CUDA also takes Attention, SkipLayerNormalization and the biased Gemm,
 //! which the CPU and wgpu leave as chains, their kernels for those two being
 //! references, slower than the chains' tuned kernels). Fusion never changes what a model
 //! computes beyond rounding: where it cannot prove a chain's shape or dtype
@@ -29,6 +32,7 @@ mod conv_act;
 mod conv_bn;
 mod gelu;
 mod key_mask;
+mod matmul_bias;
 mod skip_norm;
 
 use std::collections::{HashMap, HashSet};
@@ -43,13 +47,14 @@ use crate::tensor::Tensor;
 pub fn all(graph: &Graph, primary: &dyn ExecutionProvider) -> Option<Graph> {
     let mut out: Option<Graph> = None;
     type Pass = fn(&Graph) -> Option<Graph>;
-    let passes: [(&str, &str, Pass); 6] = [
+    let passes: [(&str, &str, Pass); 7] = [
         (DEFAULT_DOMAIN, "Conv", conv_bn::fuse),
         (crate::graph::MICROSOFT_DOMAIN, "FusedConv", conv_act::fuse),
         (DEFAULT_DOMAIN, "Gelu", gelu::fuse),
         (crate::graph::MICROSOFT_DOMAIN, "BiasGelu", gelu::fuse_bias),
         (DEFAULT_DOMAIN, "Attention", attention::fuse),
         (crate::graph::MICROSOFT_DOMAIN, "SkipLayerNormalization", skip_norm::fuse),
+        (DEFAULT_DOMAIN, "Gemm", matmul_bias::fuse),
     ];
     for (domain, op, pass) in passes {
         if primary.supports_op(domain, op) && primary.prefers_fused(domain, op) {

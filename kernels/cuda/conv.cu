@@ -1,5 +1,5 @@
 // Convolution: an implicit GEMM for general convolutions and a direct kernel
-// for depthwise and other thin ones. No scratch memory: the GEMM gathers its
+// for depthwise and other thin ones; ConvTranspose as a direct kernel too. No scratch memory: the GEMM gathers its
 // input patches from X on the fly while it fills shared memory.
 //
 // Layouts: X [N, C, D, H, W], W [M, C/group, KD, KH, KW], B [M], Y [N, M, OD, OH, OW]
@@ -267,6 +267,50 @@ __device__ __forceinline__ void conv_direct(const ConvGeom& g, const T* __restri
     }
 }
 
+// ConvTranspose, one output element per thread. X [N, C, …], W [C, M/group,
+// k…], Y [N, M, …]; the geometry's pads are the output positions cut from
+// the start of each axis (negative: the output is extended). Output o of an
+// axis takes input i under kernel tap k where i·s + k·d = o + p: the taps
+// whose (o + p − k·d) divides evenly by s and lands inside the input.
+template <typename T>
+__device__ __forceinline__ void conv_transpose_direct(const ConvGeom& g, const T* __restrict__ x,
+                                                      const T* __restrict__ w, const T* __restrict__ b,
+                                                      T* __restrict__ y, i64 total) {
+    typedef typename Num<T>::C C;
+    for (i64 i = thread_index(); i < total; i += grid_stride()) {
+        const i64 plane = div64(i, g.os);
+        const int o = (int)(i - plane * g.os);
+        const i64 n = div64(plane, g.m_out);
+        const int m = (int)(plane - n * g.m_out);
+        const int group = m / g.mg, mm = m - group * g.mg;
+        const int ow = o % g.out_w;
+        const int oh = (o / g.out_w) % g.out_h;
+        const int od = o / g.out_w / g.out_h;
+        const T* xb = x + n * g.x_batch + (i64)group * g.cg * g.is;
+        C acc = g.has_bias ? ld(b, m) : (C)0;
+        for (int c = 0; c < g.cg; ++c) {
+            const T* xc = xb + (i64)c * g.is;
+            const T* wc = w + ((i64)(group * g.cg + c) * g.mg + mm) * g.ks;
+            for (int kd = 0; kd < g.k_d; ++kd) {
+                const int td = od + g.p_d - kd * g.d_d;
+                if (td < 0 || td % g.s_d != 0 || td / g.s_d >= g.in_d) continue;
+                for (int kh = 0; kh < g.k_h; ++kh) {
+                    const int th = oh + g.p_h - kh * g.d_h;
+                    if (th < 0 || th % g.s_h != 0 || th / g.s_h >= g.in_h) continue;
+                    const i64 row = ((i64)(td / g.s_d) * g.in_h + th / g.s_h) * g.in_w;
+                    const int wrow = (kd * g.k_h + kh) * g.k_w;
+                    for (int kw = 0; kw < g.k_w; ++kw) {
+                        const int tw = ow + g.p_w - kw * g.d_w;
+                        if (tw < 0 || tw % g.s_w != 0 || tw / g.s_w >= g.in_w) continue;
+                        acc += ld(wc, wrow + kw) * ld(xc, row + tw / g.s_w);
+                    }
+                }
+            }
+        }
+        st(y, i, acc);
+    }
+}
+
 #define CONV_GEMM(NAME, T, BM, BN, BK, TM, TN, MINB)                                         \
     extern "C" __global__ void __launch_bounds__((BM / TM) * (BN / TN), MINB)                \
         NAME(ConvGeom g, const T* x, const T* w, const T* b, T* y) {                          \
@@ -280,6 +324,10 @@ __device__ __forceinline__ void conv_direct(const ConvGeom& g, const T* __restri
     extern "C" __global__ void conv_direct_##S(ConvGeom g, i64 total, const T* x, const T* w, \
                                                const T* b, T* y) {                            \
         conv_direct<T>(g, x, w, b, y, total);                                                 \
+    }                                                                                         \
+    extern "C" __global__ void conv_transpose_##S(ConvGeom g, i64 total, const T* x,          \
+                                                  const T* w, const T* b, T* y) {             \
+        conv_transpose_direct<T>(g, x, w, b, y, total);                                       \
     }
 
 CONV_ALL(float, f32)

@@ -318,6 +318,28 @@ __device__ void range_float_kernel(i64 n, double start, double delta, T* y) {
     }
 }
 
+// ---------------------------------------------------------------- ReverseSequence
+
+// x [steps, batch, rest…] (time_first) or [batch, steps, rest…]: the first
+// lens[b] steps of batch b reversed, the later ones copied. A length outside
+// [0, steps] raises the module's fault (an invalid input, as for gathers).
+template <typename W, typename L>
+__device__ void reverse_sequence_kernel(i64 n, i64 steps, i64 batch, i64 rest, int time_first,
+                                        const L* lens, const W* x, W* y) {
+    for (i64 i = thread_index(); i < n; i += grid_stride()) {
+        const i64 r = i % rest, q = i / rest;
+        const i64 t = time_first ? q / batch : q % steps;
+        const i64 b = time_first ? q % batch : q / steps;
+        i64 len = (i64)lens[b];
+        if (len < 0 || len > steps) {
+            raise_fault(FAULT_INDEX);
+            len = len < 0 ? 0 : steps;
+        }
+        const i64 s = t < len ? len - 1 - t : t;
+        y[i] = x[(time_first ? s * batch + b : b * steps + s) * rest + r];
+    }
+}
+
 // ---------------------------------------------------------------- instantiations
 
 #define WIDTHS(X) X(w1, u8) X(w2, u16) X(w4, u32) X(w8, u64) X(w16, uint4)
@@ -333,7 +355,9 @@ __device__ void range_float_kernel(i64 n, double start, double delta, T* y) {
     extern "C" __global__ void gather_elements_##name##_i32(GatherElementsArgs a, const W* x, const int* idx, W* y) { gather_elements_kernel<W, int>(a, x, idx, y); } \
     extern "C" __global__ void gather_elements_##name##_i64(GatherElementsArgs a, const W* x, const i64* idx, W* y) { gather_elements_kernel<W, i64>(a, x, idx, y); } \
     extern "C" __global__ void gather_nd_##name##_i32(GatherNdArgs a, const W* x, const int* idx, W* y) { gather_nd_kernel<W, int>(a, x, idx, y); } \
-    extern "C" __global__ void gather_nd_##name##_i64(GatherNdArgs a, const W* x, const i64* idx, W* y) { gather_nd_kernel<W, i64>(a, x, idx, y); }
+    extern "C" __global__ void gather_nd_##name##_i64(GatherNdArgs a, const W* x, const i64* idx, W* y) { gather_nd_kernel<W, i64>(a, x, idx, y); } \
+    extern "C" __global__ void reverse_sequence_##name##_i32(i64 n, i64 steps, i64 batch, i64 rest, int time_first, const int* lens, const W* x, W* y) { reverse_sequence_kernel<W, int>(n, steps, batch, rest, time_first, lens, x, y); } \
+    extern "C" __global__ void reverse_sequence_##name##_i64(i64 n, i64 steps, i64 batch, i64 rest, int time_first, const i64* lens, const W* x, W* y) { reverse_sequence_kernel<W, i64>(n, steps, batch, rest, time_first, lens, x, y); }
 
 WIDTHS(WIDTH_KERNELS)
 

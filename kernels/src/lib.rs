@@ -49,6 +49,8 @@ kernels! {
     Movement => "movement.cu",
     /// Reductions over axes, ArgMax/ArgMin, and the Softmax family.
     Reduce => "reduce.cu",
+    /// TopK.
+    Select => "select.cu",
     /// Cumulative sums and products (CumSum, CumProd).
     Scan => "scan.cu",
     /// LayerNormalization and its variants, BatchNormalization, InstanceNormalization.

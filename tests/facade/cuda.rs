@@ -6,6 +6,8 @@
 mod common;
 #[path = "cuda/graphs.rs"]
 mod graphs;
+#[path = "cuda/ops.rs"]
+mod ops;
 
 use std::sync::Arc;
 
@@ -671,46 +673,6 @@ fn encoder_block_matches_the_cpu(p: &Arc<CudaProvider>, seq: usize, mask: MaskFo
         for name in ["attn", "normed", "ffn"] {
             let err = max_rel(&f32_out(&got, name), &f32_out(&want, name));
             assert!(err <= tol, "{dtype} seq {seq} {mask:?} {name}: {err} > {tol}");
-        }
-    }
-}
-
-#[test]
-fn a_projection_and_its_bias_run_as_one_gemm_on_cuda_and_match_the_cpu() {
-    let Some(p) = gpu() else { return };
-    // 3-D, 2-D and 1-D inputs; 45 columns make rows that are not 16-byte multiples.
-    for (x_shape, k, n) in [(vec![2, 7, 64], 64, 96), (vec![5, 24], 24, 45), (vec![16], 16, 8)] {
-        let mut out_shape = x_shape.clone();
-        *out_shape.last_mut().unwrap() = n;
-        let dims = |s: &[usize]| s.iter().map(|&d| d as i64).collect::<Vec<_>>();
-        for (dtype, tol) in [(DType::F32, 1e-5), (DType::F16, 2e-2), (DType::BF16, 6e-2)] {
-            let to = dtype.to_onnx() as i64;
-            let bytes = model(
-                graph(
-                    vec![
-                        node("Cast", "in", &["x"], &["xt"], vec![("to", A::I(to))]),
-                        node("MatMul", "proj", &["xt", "w"], &["xw"], vec![]),
-                        node("Add", "bias", &["xw", "b"], &["yt"], vec![]),
-                        node("Cast", "out", &["yt"], &["y"], vec![("to", A::I(1))]),
-                    ],
-                    vec![value("x", DType::F32, &dims(&x_shape))],
-                    vec![value("y", DType::F32, &dims(&out_shape))],
-                    vec![
-                        ("w", stored_as(&noise(&[k, n], 3), dtype)),
-                        ("b", stored_as(&noise(&[n], 4), dtype)),
-                    ],
-                ),
-                17,
-            );
-            let inputs = || vec![("x", Value::Tensor(noise(&x_shape, 5)))];
-            let want = session(bytes.clone(), true).run(inputs()).unwrap();
-            let s = on(bytes, &p, true);
-            let ops: Vec<String> = s.placement().into_iter().map(|(n, _)| n.op_type).collect();
-            assert!(ops.iter().any(|o| o == "Gemm"), "{dtype} {x_shape:?}: {ops:?}");
-            assert!(!ops.iter().any(|o| o == "MatMul" || o == "Add"), "{ops:?}");
-            let got = s.run(inputs()).unwrap();
-            let err = max_rel(&f32_out(&got, "y"), &f32_out(&want, "y"));
-            assert!(err <= tol, "{dtype} {x_shape:?}: {err} > {tol}");
         }
     }
 }

@@ -4,10 +4,14 @@
 //! atomically), and a direct kernel (`conv_direct_T`) for depthwise and other
 //! convolutions with very few channels per group. 1-d, 2-d and 3-d, any groups,
 //! strides, dilations, pads and auto_pad, optional bias; f32, f16, bf16, f64.
+//! ConvTranspose (`conv_transpose_T`) is direct: each output element sums the
+//! input positions whose kernel taps land on it, with the pads, output
+//! padding and output shape core's `ConvTranspose::geometry` resolves.
 
 use onyx_core::dtype::DType;
 use onyx_core::ep::{EpError, KernelSpec};
 use onyx_core::ops::conv::{Conv, Geometry};
+use onyx_core::ops::spatial::ConvTranspose;
 use onyx_core::shape::Dim;
 use onyx_kernels::Kernel;
 
@@ -307,6 +311,116 @@ impl CudaKernel for ConvKernel {
     }
 }
 
+/// ConvTranspose over one dtype: `conv_transpose_T`, one thread per output element.
+struct ConvTransposeKernel {
+    op: ConvTranspose,
+    dtype: DType,
+}
+
+impl CudaKernel for ConvTransposeKernel {
+    fn launch(&self, gpu: &Gpu, io: &Io<'_>) -> Result<(), EpError> {
+        let (x, w, y) = (&io.input(0)?.shape, &io.input(1)?.shape, &io.output(0)?.shape);
+        let groups = self.op.group.max(1);
+        if x.len() < 3 || w.len() != x.len() || w[0] != x[1] || x[1] % groups != 0 {
+            return Err(EpError::Kernel(format!(
+                "ConvTranspose X {x:?} and W {w:?} do not fit group {groups}"
+            )));
+        }
+        let geo = self.op.geometry(&x[2..], &w[2..]).map_err(|e| EpError::Kernel(e.to_string()))?;
+        let (n, c, mg) = (x[0], x[1], w[1]);
+        let m = mg * groups;
+        let mut want = vec![n, m];
+        want.extend(&geo.output);
+        if y != &want {
+            return Err(EpError::Kernel(format!("ConvTranspose output {y:?}, expected {want:?}")));
+        }
+        let total: usize = y.iter().product();
+        if total == 0 {
+            return Ok(());
+        }
+        let has_bias = io.has_input(2);
+        if has_bias && io.input(2)?.numel() != m {
+            return Err(EpError::Kernel(format!(
+                "ConvTranspose bias has {} values for {m} channels",
+                io.input(2)?.numel()
+            )));
+        }
+        let is: usize = x[2..].iter().product();
+        let os: usize = geo.output.iter().product();
+        let ks: usize = w[2..].iter().product();
+        let pads: Vec<i32> = geo.pads_begin.iter().map(|&p| p as i32).collect();
+        if geo.pads_begin.iter().any(|&p| i32::try_from(p).is_err()) {
+            return Err(EpError::Unsupported("ConvTranspose pads beyond 32 bits".into()));
+        }
+        let front_i = |v: &[i32], fill: i32| {
+            let mut out = [fill; 3];
+            out[3 - v.len()..].copy_from_slice(v);
+            out
+        };
+        let [in_d, in_h, in_w] = front3(&x[2..], 1)?;
+        let [_, out_h, out_w] = front3(&geo.output, 1)?;
+        let [k_d, k_h, k_w] = front3(&w[2..], 1)?;
+        let [s_d, s_h, s_w] = front3(&geo.strides, 1)?;
+        let [p_d, p_h, p_w] = front_i(&pads, 0);
+        let [d_d, d_h, d_w] = front3(&geo.dilations, 1)?;
+        i32_of(os)?;
+        let g = ConvGeom {
+            ncols: (n * os) as i64,
+            x_batch: (c * is) as i64,
+            y_batch: (m * os) as i64,
+            is: is as i64,
+            os: os as i64,
+            m_out: i32_of(m)?,
+            cg: i32_of(c / groups)?,
+            mg: i32_of(mg)?,
+            k: i32_of(c / groups * ks)?,
+            ks: i32_of(ks)?,
+            in_d,
+            in_h,
+            in_w,
+            out_h,
+            out_w,
+            k_d,
+            k_h,
+            k_w,
+            s_d,
+            s_h,
+            s_w,
+            p_d,
+            p_h,
+            p_w,
+            d_d,
+            d_h,
+            d_w,
+            has_bias: has_bias as i32,
+            ..ConvGeom::default()
+        };
+        let bp = if has_bias { io.in_ptr(2)? } else { 0 };
+        let f = gpu.function(Kernel::Conv, entry("conv_transpose", self.dtype)?)?;
+        let args = Args::new()
+            .push(g)
+            .push(total as i64)
+            .push(io.in_ptr(0)?)
+            .push(io.in_ptr(1)?)
+            .push(bp)
+            .push(io.out_ptr(0)?);
+        // SAFETY: matches `conv_transpose_T(ConvGeom, i64, const T*, const T*, const T*, T*)`;
+        // the geometry was checked against every tensor's shape, the bias is read
+        // only when present, and the output holds `total` elements.
+        unsafe { args.launch(gpu, &f, gpu.grid(total as u64)) }
+    }
+}
+
+fn build_conv_transpose(spec: &KernelSpec<'_>) -> Result<Box<dyn CudaKernel>, EpError> {
+    let dtype = in_dtype(spec, 0)?;
+    if !matches!(dtype, DType::F32 | DType::F16 | DType::BF16 | DType::F64)
+        || in_dtype(spec, 1)? != dtype
+    {
+        return Err(unsupported("ConvTranspose", dtype));
+    }
+    Ok(Box::new(ConvTransposeKernel { op: op::<ConvTranspose>(spec)?.clone(), dtype }))
+}
+
 fn build_conv(spec: &KernelSpec<'_>) -> Result<Box<dyn CudaKernel>, EpError> {
     let dtype = in_dtype(spec, 0)?;
     if !matches!(dtype, DType::F32 | DType::F16 | DType::BF16 | DType::F64) {
@@ -318,9 +432,10 @@ fn build_conv(spec: &KernelSpec<'_>) -> Result<Box<dyn CudaKernel>, EpError> {
     Ok(Box::new(ConvKernel { op: op::<Conv>(spec)?.clone(), dtype }))
 }
 
-/// Registers Conv.
+/// Registers Conv and ConvTranspose.
 pub(crate) fn register_all(r: &mut Registry) {
     r.register("Conv", build_conv);
+    r.register("ConvTranspose", build_conv_transpose);
 }
 
 #[cfg(test)]

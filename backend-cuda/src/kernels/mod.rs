@@ -15,6 +15,7 @@ mod reduce;
 mod resize;
 mod scan;
 mod scatter;
+mod select;
 
 use std::collections::HashMap;
 
@@ -130,6 +131,7 @@ impl Registry {
         reduce::register_all(&mut r);
         scan::register_all(&mut r);
         scatter::register_all(&mut r);
+        select::register_all(&mut r);
         nn::register_all(&mut r);
         norm::register_all(&mut r);
         linalg::register_all(&mut r);

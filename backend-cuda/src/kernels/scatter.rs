@@ -3,11 +3,12 @@
 //! the data's buffer in place), then `scatter_elements_T_IDX` or
 //! `scatter_nd_T_IDX` in movement.cu apply the updates. Indices live on the
 //! device: one out of range raises the module's fault word (the run fails
-//! when it synchronizes) and writes nothing.
+//! when it synchronizes) and writes nothing. ReverseSequence lives here too
+//! (its op is in core's `scatter`).
 
 use onyx_core::dtype::DType;
 use onyx_core::ep::{EpError, KernelSpec};
-use onyx_core::ops::scatter::{Reduction, ScatterElements, ScatterNd};
+use onyx_core::ops::scatter::{Reduction, ReverseSequence, ScatterElements, ScatterNd};
 use onyx_kernels::Kernel;
 
 use super::movement::{MOVE_RANK, axis, fixed, index_suffix, name, signed};
@@ -189,8 +190,63 @@ fn build_elements(spec: &KernelSpec<'_>) -> Result<Box<dyn CudaKernel>, EpError>
     Ok(Box::new(ScatterElementsKernel { op, entry }))
 }
 
-/// Registers ScatterElements, Scatter and ScatterND.
+/// ReverseSequence: `reverse_sequence_wN_IDX` in movement.cu, one thread per
+/// output element; a length outside the time axis raises the fault word.
+struct ReverseSequenceKernel {
+    op: ReverseSequence,
+    entry: &'static str,
+}
+
+impl CudaKernel for ReverseSequenceKernel {
+    fn launch(&self, gpu: &Gpu, io: &Io<'_>) -> Result<(), EpError> {
+        let x = &io.input(0)?.shape;
+        let (t, b) = (self.op.time_axis, self.op.batch_axis);
+        if x.len() < 2 || t + b != 1 || io.output(0)?.shape != *x {
+            return Err(EpError::Kernel(format!("ReverseSequence of {x:?} (time {t}, batch {b})")));
+        }
+        if io.input(1)?.numel() != x[b] {
+            return Err(EpError::Kernel(format!(
+                "ReverseSequence has {} lengths for a batch of {}",
+                io.input(1)?.numel(),
+                x[b]
+            )));
+        }
+        let n: usize = x.iter().product();
+        if n == 0 {
+            return Ok(());
+        }
+        let rest: usize = x[2..].iter().product();
+        let f = gpu.function(Kernel::Movement, self.entry)?;
+        let a = Args::new()
+            .push(n as i64)
+            .push(x[t] as i64)
+            .push(x[b] as i64)
+            .push(rest as i64)
+            .push((t == 0) as i32)
+            .push(io.in_ptr(1)?)
+            .push(io.in_ptr(0)?)
+            .push(io.out_ptr(0)?);
+        // SAFETY: matches `reverse_sequence_wN_IDX(i64, i64, i64, i64, int, const IDX*,
+        // const W*, W*)`; X and Y hold `n` elements, the lengths one per batch
+        // entry (checked above), and every source index stays inside X.
+        unsafe { a.launch(gpu, &f, gpu.grid(n as u64)) }
+    }
+}
+
+fn build_reverse_sequence(spec: &KernelSpec<'_>) -> Result<Box<dyn CudaKernel>, EpError> {
+    let dtype = in_dtype(spec, 0)?;
+    let width = super::movement::elem_width("ReverseSequence", dtype)?;
+    if width > 8 {
+        return Err(unsupported("ReverseSequence", dtype));
+    }
+    let idx = index_suffix("ReverseSequence", in_dtype(spec, 1)?)?;
+    let entry = name(format!("reverse_sequence_w{width}_{idx}"));
+    Ok(Box::new(ReverseSequenceKernel { op: op::<ReverseSequence>(spec)?.clone(), entry }))
+}
+
+/// Registers ScatterElements, Scatter, ScatterND and ReverseSequence.
 pub(crate) fn register_all(r: &mut Registry) {
+    r.register("ReverseSequence", build_reverse_sequence);
     r.register("ScatterElements", build_elements);
     r.register("Scatter", build_elements);
     r.register("ScatterND", |s| {

@@ -220,6 +220,21 @@ __device__ __forceinline__ void conv_gemm(const ConvGeom& g, const T* __restrict
     }
 }
 
+// Where output element i of Y [N, M, OD, OH, OW] sits.
+struct OutPos { i64 n; int m, od, oh, ow; };
+
+__device__ __forceinline__ OutPos out_pos(const ConvGeom& g, i64 i) {
+    const i64 plane = div64(i, g.os);
+    const int o = (int)(i - plane * g.os);
+    OutPos p;
+    p.n = div64(plane, g.m_out);
+    p.m = (int)(plane - p.n * g.m_out);
+    p.ow = o % g.out_w;
+    p.oh = (o / g.out_w) % g.out_h;
+    p.od = o / g.out_w / g.out_h;
+    return p;
+}
+
 // One output element per thread: for depthwise convolutions (one input
 // channel per group) and for convolutions with very few output channels per
 // group, where a GEMM tile would be mostly empty.
@@ -229,14 +244,10 @@ __device__ __forceinline__ void conv_direct(const ConvGeom& g, const T* __restri
                                             T* __restrict__ y, i64 total) {
     typedef typename Num<T>::C C;
     for (i64 i = thread_index(); i < total; i += grid_stride()) {
-        const i64 plane = div64(i, g.os);
-        const int o = (int)(i - plane * g.os);
-        const i64 n = div64(plane, g.m_out);
-        const int m = (int)(plane - n * g.m_out);
+        const OutPos p = out_pos(g, i);
+        const i64 n = p.n;
+        const int m = p.m, od = p.od, oh = p.oh, ow = p.ow;
         const int group = m / g.mg;
-        const int ow = o % g.out_w;
-        const int oh = (o / g.out_w) % g.out_h;
-        const int od = o / g.out_w / g.out_h;
         const int bd = od * g.s_d - g.p_d;
         const int bh = oh * g.s_h - g.p_h;
         const int bw = ow * g.s_w - g.p_w;
@@ -278,14 +289,10 @@ __device__ __forceinline__ void conv_transpose_direct(const ConvGeom& g, const T
                                                       T* __restrict__ y, i64 total) {
     typedef typename Num<T>::C C;
     for (i64 i = thread_index(); i < total; i += grid_stride()) {
-        const i64 plane = div64(i, g.os);
-        const int o = (int)(i - plane * g.os);
-        const i64 n = div64(plane, g.m_out);
-        const int m = (int)(plane - n * g.m_out);
+        const OutPos p = out_pos(g, i);
+        const i64 n = p.n;
+        const int m = p.m, od = p.od, oh = p.oh, ow = p.ow;
         const int group = m / g.mg, mm = m - group * g.mg;
-        const int ow = o % g.out_w;
-        const int oh = (o / g.out_w) % g.out_h;
-        const int od = o / g.out_w / g.out_h;
         const T* xb = x + n * g.x_batch + (i64)group * g.cg * g.is;
         C acc = g.has_bias ? ld(b, m) : (C)0;
         for (int c = 0; c < g.cg; ++c) {

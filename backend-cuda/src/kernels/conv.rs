@@ -112,6 +112,76 @@ pub(crate) fn i32_of(x: usize) -> Result<i32, EpError> {
     })
 }
 
+/// The window of a Conv or ConvTranspose: output spatial dims, kernel dims,
+/// strides, the pads in front (ConvTranspose: output positions cut, maybe
+/// negative) padded to three dims, and dilations.
+struct Window<'a> {
+    output: &'a [usize],
+    kernel: &'a [usize],
+    strides: &'a [usize],
+    pads: [i32; 3],
+    dilations: &'a [usize],
+}
+
+/// `ConvGeom` for X `x` ([N, C, spatial…]), `m` output channels in `groups`
+/// groups and `window`, with one K split (the GEMM plan sets its own).
+fn conv_geom(
+    x: &[usize],
+    m: usize,
+    groups: usize,
+    window: &Window<'_>,
+    has_bias: bool,
+) -> Result<ConvGeom, EpError> {
+    let (n, c) = (x[0], x[1]);
+    let (cg, mg) = (c / groups, m / groups);
+    let is: usize = x[2..].iter().product();
+    let os: usize = window.output.iter().product();
+    let ks: usize = window.kernel.iter().product();
+    let [in_d, in_h, in_w] = front3(&x[2..], 1)?;
+    let [_, out_h, out_w] = front3(window.output, 1)?;
+    let [k_d, k_h, k_w] = front3(window.kernel, 1)?;
+    let [s_d, s_h, s_w] = front3(window.strides, 1)?;
+    let [p_d, p_h, p_w] = window.pads;
+    let [d_d, d_h, d_w] = front3(window.dilations, 1)?;
+    i32_of(os)?;
+    let fast = |v: i32| FastDiv::new(v.max(1) as u32);
+    Ok(ConvGeom {
+        ncols: (n * os) as i64,
+        x_batch: (c * is) as i64,
+        y_batch: (m * os) as i64,
+        is: is as i64,
+        os: os as i64,
+        m_out: i32_of(m)?,
+        cg: i32_of(cg)?,
+        mg: i32_of(mg)?,
+        k: i32_of(cg * ks)?,
+        ks: i32_of(ks)?,
+        in_d,
+        in_h,
+        in_w,
+        out_h,
+        out_w,
+        k_d,
+        k_h,
+        k_w,
+        s_d,
+        s_h,
+        s_w,
+        p_d,
+        p_h,
+        p_w,
+        d_d,
+        d_h,
+        d_w,
+        has_bias: has_bias as i32,
+        k_chunk: 0,
+        splits: 1,
+        div_ks: fast(ks as i32),
+        div_khw: fast(k_h * k_w),
+        div_kw: fast(k_w),
+    })
+}
+
 /// Which kernel runs a convolution.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 enum Plan {
@@ -209,18 +279,9 @@ impl CudaKernel for ConvKernel {
             return Ok(());
         }
         let groups = self.op.group;
-        let (n, c, m) = (x[0], x[1], w[0]);
-        let is: usize = x[2..].iter().product();
+        let (n, m) = (x[0], w[0]);
         let os: usize = geo.output.iter().product();
         let ks: usize = geo.kernel.iter().product();
-        let [in_d, in_h, in_w] = front3(&x[2..], 1)?;
-        let [_, out_h, out_w] = front3(&geo.output, 1)?;
-        let [k_d, k_h, k_w] = front3(&geo.kernel, 1)?;
-        let [s_d, s_h, s_w] = front3(&geo.strides, 1)?;
-        let [p_d, p_h, p_w] = front3(&geo.pads_begin, 0)?;
-        let [d_d, d_h, d_w] = front3(&geo.dilations, 1)?;
-        let k = i32_of(cg * ks)?;
-        i32_of(os)?;
         let has_bias = io.has_input(2);
         if has_bias && io.input(2)?.numel() != m {
             return Err(EpError::Kernel(format!(
@@ -228,42 +289,14 @@ impl CudaKernel for ConvKernel {
                 io.input(2)?.numel()
             )));
         }
-        let fast = |v: i32| FastDiv::new(v.max(1) as u32);
-        let g = ConvGeom {
-            ncols: (n * os) as i64,
-            x_batch: (c * is) as i64,
-            y_batch: (m * os) as i64,
-            is: is as i64,
-            os: os as i64,
-            m_out: i32_of(m)?,
-            cg: i32_of(cg)?,
-            mg: i32_of(mg)?,
-            k,
-            ks: ks as i32,
-            in_d,
-            in_h,
-            in_w,
-            out_h,
-            out_w,
-            k_d,
-            k_h,
-            k_w,
-            s_d,
-            s_h,
-            s_w,
-            p_d,
-            p_h,
-            p_w,
-            d_d,
-            d_h,
-            d_w,
-            has_bias: has_bias as i32,
-            k_chunk: 0,
-            splits: 1,
-            div_ks: fast(ks as i32),
-            div_khw: fast(k_h * k_w),
-            div_kw: fast(k_w),
+        let window = Window {
+            output: &geo.output,
+            kernel: &geo.kernel,
+            strides: &geo.strides,
+            pads: front3(&geo.pads_begin, 0)?,
+            dilations: &geo.dilations,
         };
+        let g = conv_geom(x, m, groups, &window, has_bias)?;
         let (xp, wp, yp) = (io.in_ptr(0)?, io.in_ptr(1)?, io.out_ptr(0)?);
         let bp = if has_bias { io.in_ptr(2)? } else { 0 };
         match choose(cg, mg, ks, n * os, groups, gpu.sms as usize, self.dtype) {
@@ -327,7 +360,7 @@ impl CudaKernel for ConvTransposeKernel {
             )));
         }
         let geo = self.op.geometry(&x[2..], &w[2..]).map_err(|e| EpError::Kernel(e.to_string()))?;
-        let (n, c, mg) = (x[0], x[1], w[1]);
+        let (n, mg) = (x[0], w[1]);
         let m = mg * groups;
         let mut want = vec![n, m];
         want.extend(&geo.output);
@@ -345,56 +378,22 @@ impl CudaKernel for ConvTransposeKernel {
                 io.input(2)?.numel()
             )));
         }
-        let is: usize = x[2..].iter().product();
-        let os: usize = geo.output.iter().product();
-        let ks: usize = w[2..].iter().product();
-        let pads: Vec<i32> = geo.pads_begin.iter().map(|&p| p as i32).collect();
+        front3(&x[2..], 1)?; // at most three spatial dims
         if geo.pads_begin.iter().any(|&p| i32::try_from(p).is_err()) {
             return Err(EpError::Unsupported("ConvTranspose pads beyond 32 bits".into()));
         }
-        let front_i = |v: &[i32], fill: i32| {
-            let mut out = [fill; 3];
-            out[3 - v.len()..].copy_from_slice(v);
-            out
+        let mut pads = [0i32; 3];
+        for (slot, &p) in pads[3 - geo.pads_begin.len()..].iter_mut().zip(&geo.pads_begin) {
+            *slot = p as i32;
+        }
+        let window = Window {
+            output: &geo.output,
+            kernel: &w[2..],
+            strides: &geo.strides,
+            pads,
+            dilations: &geo.dilations,
         };
-        let [in_d, in_h, in_w] = front3(&x[2..], 1)?;
-        let [_, out_h, out_w] = front3(&geo.output, 1)?;
-        let [k_d, k_h, k_w] = front3(&w[2..], 1)?;
-        let [s_d, s_h, s_w] = front3(&geo.strides, 1)?;
-        let [p_d, p_h, p_w] = front_i(&pads, 0);
-        let [d_d, d_h, d_w] = front3(&geo.dilations, 1)?;
-        i32_of(os)?;
-        let g = ConvGeom {
-            ncols: (n * os) as i64,
-            x_batch: (c * is) as i64,
-            y_batch: (m * os) as i64,
-            is: is as i64,
-            os: os as i64,
-            m_out: i32_of(m)?,
-            cg: i32_of(c / groups)?,
-            mg: i32_of(mg)?,
-            k: i32_of(c / groups * ks)?,
-            ks: i32_of(ks)?,
-            in_d,
-            in_h,
-            in_w,
-            out_h,
-            out_w,
-            k_d,
-            k_h,
-            k_w,
-            s_d,
-            s_h,
-            s_w,
-            p_d,
-            p_h,
-            p_w,
-            d_d,
-            d_h,
-            d_w,
-            has_bias: has_bias as i32,
-            ..ConvGeom::default()
-        };
+        let g = conv_geom(x, m, groups, &window, has_bias)?;
         let bp = if has_bias { io.in_ptr(2)? } else { 0 };
         let f = gpu.function(Kernel::Conv, entry("conv_transpose", self.dtype)?)?;
         let args = Args::new()

@@ -243,8 +243,10 @@ impl CudaKernel for GemmKernel {
                 alpha: self.op.alpha,
             };
             let ptrs = [io.in_ptr(0)?, io.in_ptr(1)?, io.in_ptr(2)?, y];
-            // SAFETY: A, B, C and Y hold the shapes checked above in this
-            // dtype; the workspace is the provider's, used only on its stream.
+            // SAFETY: A, B and Y have the 2-D shapes Gemm's inference checked
+            // (A m×k, B k×n, each as transposed, Y m×n) in this dtype, C has n
+            // elements (`is_row_bias`), and the workspace is the provider's,
+            // used only on its stream.
             let queued = unsafe {
                 gpu.lt.gemm_bias(
                     self.dtype,

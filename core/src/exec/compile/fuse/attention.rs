@@ -35,8 +35,8 @@ use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 
 use super::key_mask::{self, KeyMask};
-use super::{Links, Rewrite};
-use crate::graph::{Attribute, Attributes, DEFAULT_DOMAIN, Graph, Node, ValueId};
+use super::{Links, Rewrite, op_node};
+use crate::graph::{Attribute, DEFAULT_DOMAIN, Graph, Node, ValueId};
 use crate::tensor::Tensor;
 
 /// Where the fused op's K (`[batch, heads, keys, size]`) comes from.
@@ -245,27 +245,6 @@ fn find(l: &Links<'_>, i: usize) -> Option<Found> {
     Some(Found { chain, q, k, v, mask, scale })
 }
 
-/// A default-domain node `op` of `opset` reading `inputs` into `out`.
-fn op_node(
-    name: &str,
-    op: &str,
-    opset: i64,
-    inputs: &[ValueId],
-    out: ValueId,
-    attrs: Vec<(&str, Attribute)>,
-) -> Node {
-    Node {
-        name: name.into(),
-        op_type: op.into(),
-        domain: DEFAULT_DOMAIN.into(),
-        opset,
-        inputs: inputs.iter().map(|&v| Some(v)).collect(),
-        outputs: vec![Some(out)],
-        implicit_inputs: vec![],
-        attrs: Attributes(attrs.into_iter().map(|(n, a)| (n.to_string(), a)).collect()),
-    }
-}
-
 /// The row form's nodes: Q, K and V reshaped to 3-D (views), the 3-D
 /// `Attention`, and its output reshaped to the output transpose's
 /// `[batch, seq, heads, v_size]`.
@@ -413,6 +392,7 @@ pub(super) fn fuse(graph: &Graph) -> Option<Graph> {
 mod tests {
     use super::super::test_graph::{graph, node};
     use super::*;
+    use crate::graph::Attributes;
 
     fn transpose(input: u32, out: u32, perm: &[i64]) -> Node {
         let mut n = node("Transpose", &[input], out);

@@ -13,30 +13,9 @@
 //! so only the Gemm launches. This pass runs after the others: the bias
 //! Adds that SkipLayerNormalization and BiasGelu absorb are gone by then.
 
-use super::{Links, Rewrite};
-use crate::graph::{Attribute, Attributes, DEFAULT_DOMAIN, Graph, Node, ValueId};
+use super::{Links, Rewrite, op_node};
+use crate::graph::{Attribute, DEFAULT_DOMAIN, Graph};
 use crate::tensor::Tensor;
-
-/// A default-domain node of `opset` reading `inputs` and writing `output`.
-fn step(
-    name: String,
-    op: &str,
-    opset: i64,
-    inputs: &[ValueId],
-    output: ValueId,
-    attrs: Vec<(&str, Attribute)>,
-) -> Node {
-    Node {
-        name,
-        op_type: op.into(),
-        domain: DEFAULT_DOMAIN.into(),
-        opset,
-        inputs: inputs.iter().map(|&v| Some(v)).collect(),
-        outputs: vec![Some(output)],
-        implicit_inputs: vec![],
-        attrs: Attributes(attrs.into_iter().map(|(k, v)| (k.to_string(), v)).collect()),
-    }
-}
 
 /// The graph with every constant-weight projection and its bias made one
 /// Gemm, or `None` when there is none.
@@ -73,33 +52,21 @@ pub(super) fn fuse(graph: &Graph) -> Option<Graph> {
             Tensor::from_vec(vec![1], vec![width as i64]).ok()?,
         );
         let shape = rw.value(graph, format!("{name}/shape"));
+        let at = |op: &str| format!("{name}/{op}");
+        let (axis, end) = (Attribute::Int(-1), Attribute::Int(-1));
         let nodes = vec![
-            step(
-                format!("{name}/Flatten"),
-                "Flatten",
-                13,
-                &[x],
-                flat,
-                vec![("axis", Attribute::Int(-1))],
-            ),
-            step(format!("{name}/Gemm"), "Gemm", 13, &[flat, weight, bias], product, vec![]),
-            step(
-                format!("{name}/Shape"),
-                "Shape",
-                15,
-                &[x],
-                lead,
-                vec![("end", Attribute::Int(-1))],
-            ),
-            step(
-                format!("{name}/Concat"),
+            op_node(&at("Flatten"), "Flatten", 13, &[x], flat, vec![("axis", axis)]),
+            op_node(&at("Gemm"), "Gemm", 13, &[flat, weight, bias], product, vec![]),
+            op_node(&at("Shape"), "Shape", 15, &[x], lead, vec![("end", end)]),
+            op_node(
+                &at("Concat"),
                 "Concat",
                 13,
                 &[lead, n],
                 shape,
                 vec![("axis", Attribute::Int(0))],
             ),
-            step(format!("{name}/Reshape"), "Reshape", 14, &[product, shape], y, vec![]),
+            op_node(&at("Reshape"), "Reshape", 14, &[product, shape], y, vec![]),
         ];
         rw.replace(&[mm, i], nodes);
     }
@@ -110,6 +77,7 @@ pub(super) fn fuse(graph: &Graph) -> Option<Graph> {
 mod tests {
     use super::super::test_graph::{graph, node};
     use super::*;
+    use crate::graph::ValueId;
 
     /// x=0, W=1 (4 × 3), bias=2; MatMul → 3, Add → 4.
     fn projection(bias_len: usize, bias_first: bool) -> Graph {

@@ -39,7 +39,7 @@ use std::collections::{HashMap, HashSet};
 
 use crate::dtype::DType;
 use crate::ep::ExecutionProvider;
-use crate::graph::{DEFAULT_DOMAIN, Graph, Node, ValueId, ValueInfo};
+use crate::graph::{Attribute, Attributes, DEFAULT_DOMAIN, Graph, Node, ValueId, ValueInfo};
 use crate::tensor::Tensor;
 
 /// The graph with every chain the first provider can run fused, or `None`
@@ -64,6 +64,27 @@ pub fn all(graph: &Graph, primary: &dyn ExecutionProvider) -> Option<Graph> {
         }
     }
     out
+}
+
+/// A default-domain node `op` of `opset` reading `inputs` into `out`.
+pub(super) fn op_node(
+    name: &str,
+    op: &str,
+    opset: i64,
+    inputs: &[ValueId],
+    out: ValueId,
+    attrs: Vec<(&str, Attribute)>,
+) -> Node {
+    Node {
+        name: name.into(),
+        op_type: op.into(),
+        domain: DEFAULT_DOMAIN.into(),
+        opset,
+        inputs: inputs.iter().map(|&v| Some(v)).collect(),
+        outputs: vec![Some(out)],
+        implicit_inputs: vec![],
+        attrs: Attributes(attrs.into_iter().map(|(n, a)| (n.to_string(), a)).collect()),
+    }
 }
 
 /// Who reads and who writes each value of a graph.

@@ -87,6 +87,9 @@ impl Runtime for SessionRuntime {
             .with_strict(self.strict)
             .commit_from_file(model)
             .map_err(failure)?;
+        // Twice: the first run records the schedule of these input shapes,
+        // the second follows it, and that is the run the case checks.
+        session.run(inputs.clone()).map_err(failure)?;
         Ok(session.run(inputs).map_err(failure)?.values)
     }
 }

@@ -37,6 +37,7 @@ pub struct SessionBuilder {
     timeline: bool,
     fuse: bool,
     graphs: bool,
+    schedules: usize,
 }
 
 impl Default for SessionBuilder {
@@ -53,6 +54,7 @@ impl Default for SessionBuilder {
             timeline: true,
             fuse: true,
             graphs: true,
+            schedules: exec::DEFAULT_SCHEDULES,
         }
     }
 }
@@ -86,6 +88,17 @@ impl SessionBuilder {
     /// flow, CPU fallback) are never recorded. No effect on other devices.
     pub fn with_cuda_graphs(mut self, graphs: bool) -> Self {
         self.graphs = graphs;
+        self
+    }
+
+    /// How many input signatures (dtypes and shapes of the inputs) keep a
+    /// schedule, least recently used first out (default 8). The first run
+    /// with a signature decides everything the host decides (output shapes,
+    /// folded shape arithmetic, in-place reuse, the arena's offsets, the
+    /// memory figures); later runs with it only upload, launch and release.
+    /// 0 decides every run anew.
+    pub fn with_schedule_cache(mut self, signatures: usize) -> Self {
+        self.schedules = signatures;
         self
     }
 
@@ -207,10 +220,11 @@ impl SessionBuilder {
         };
         let registry = OpRegistry::standard();
         let opts = CompileOptions {
-            registry: &registry,
             on_upload: Some(&on_upload),
             allow_fallback: !self.strict,
             fuse: self.fuse,
+            schedules: self.schedules,
+            ..CompileOptions::new(&registry)
         };
         let device_name = providers[0].name();
         let refs: Vec<&dyn ExecutionProvider> = providers.iter().map(|p| &**p).collect();
@@ -298,6 +312,10 @@ pub struct DeviceMemory {
     pub no_release_bytes: u64,
     /// The plan's live-set bound there: the peak that release at last use allows.
     pub live_set_bound_bytes: u64,
+    /// The arena there: the one block that runs with these input shapes
+    /// place their intermediates in (measured when this run held it, else
+    /// as this run planned it for the next ones; 0 where the device has none).
+    pub arena_bytes: u64,
     /// Bytes of weights resident there.
     pub weight_bytes: u64,
 }
@@ -312,6 +330,8 @@ pub struct MemoryReport {
     pub no_release_bytes: u64,
     /// The plan's live-set bound on the primary device.
     pub live_set_bound_bytes: u64,
+    /// The arena on the primary device (see [`DeviceMemory::arena_bytes`]).
+    pub arena_bytes: u64,
     /// Buffers released at their last use, on all devices.
     pub releases: u64,
     /// Bytes of weights resident on the primary device.
@@ -346,6 +366,16 @@ fn now_ms() -> f64 {
     START.get_or_init(Instant::now).elapsed().as_secs_f64() * 1e3
 }
 
+/// What a run times besides its latency.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum Timing {
+    None,
+    /// Every step, with the devices synchronized after each.
+    Steps,
+    /// Every kernel launch, to tell the host's time from the kernels'.
+    Launches,
+}
+
 /// The result of [`Session::run`].
 #[derive(Debug)]
 pub struct RunOutputs {
@@ -355,6 +385,8 @@ pub struct RunOutputs {
     pub memory: MemoryReport,
     /// Wall time of the run, uploads and downloads included.
     pub latency: Duration,
+    /// From [`Session::run_host_cost`]: the executor's time and the kernels'.
+    pub host: Option<onyx_core::exec::HostCost>,
 }
 
 impl RunOutputs {
@@ -456,7 +488,7 @@ impl Session {
         S: Into<String>,
     {
         let inputs: Vec<(String, Value)> = inputs.into_iter().map(|(n, v)| (n.into(), v)).collect();
-        self.workers.run(|| self.run_inner(inputs, false))
+        self.workers.run(|| self.run_inner(inputs, Timing::None))
     }
 
     /// Runs like [`run`](Self::run), synchronizing every device after each
@@ -471,10 +503,26 @@ impl Session {
         S: Into<String>,
     {
         let inputs: Vec<(String, Value)> = inputs.into_iter().map(|(n, v)| (n.into(), v)).collect();
-        self.workers.run(|| self.run_inner(inputs, true))
+        self.workers.run(|| self.run_inner(inputs, Timing::Steps))
     }
 
-    fn run_inner(&self, inputs: Vec<(String, Value)>, profile: bool) -> Result<RunOutputs> {
+    /// Runs like [`run`](Self::run), timing every kernel launch (with no
+    /// synchronization) so that [`RunOutputs::host`] tells the executor's own
+    /// time per step from the kernels'. On the CPU a launch returns when its
+    /// kernel is done, so the rest is the host's bookkeeping.
+    ///
+    /// # Errors
+    /// As [`run`](Self::run).
+    pub fn run_host_cost<I, S>(&self, inputs: I) -> Result<RunOutputs>
+    where
+        I: IntoIterator<Item = (S, Value)>,
+        S: Into<String>,
+    {
+        let inputs: Vec<(String, Value)> = inputs.into_iter().map(|(n, v)| (n.into(), v)).collect();
+        self.workers.run(|| self.run_inner(inputs, Timing::Launches))
+    }
+
+    fn run_inner(&self, inputs: Vec<(String, Value)>, timing: Timing) -> Result<RunOutputs> {
         let start = Instant::now();
         let g = &self.model.graph;
         let mut by_name: HashMap<String, Value> = HashMap::new();
@@ -499,7 +547,8 @@ impl Session {
         let opts = RunOptions {
             release_dead_values: self.release,
             measure_timeline: self.timeline,
-            clock: profile.then_some(now_ms as fn() -> f64),
+            clock: (timing == Timing::Steps).then_some(now_ms as fn() -> f64),
+            launch_clock: (timing == Timing::Launches).then_some(now_ms as fn() -> f64),
         };
         let refs = self.providers();
         let run = exec::run_on_host_replayed(&self.program, &refs, &self.replays, &ordered, opts);
@@ -525,6 +574,7 @@ impl Session {
                     peak_bytes: ran.peak_bytes[i],
                     no_release_bytes: pf.no_release_bytes,
                     live_set_bound_bytes: pf.live_set_bound,
+                    arena_bytes: ran.arena_bytes.get(i).copied().unwrap_or(0),
                     weight_bytes: weights[i],
                 }
             })
@@ -535,6 +585,7 @@ impl Session {
                 peak_bytes: devices[0].peak_bytes,
                 no_release_bytes: devices[0].no_release_bytes,
                 live_set_bound_bytes: devices[0].live_set_bound_bytes,
+                arena_bytes: devices[0].arena_bytes,
                 releases,
                 weight_bytes: devices[0].weight_bytes,
                 devices,
@@ -550,6 +601,7 @@ impl Session {
                     .collect(),
             },
             latency: start.elapsed(),
+            host: ran.host,
         })
     }
 
@@ -559,6 +611,11 @@ impl Session {
     /// [`Error::Provider`] if a provider rejects a free.
     pub fn close(mut self) -> Result<()> {
         self.free()
+    }
+
+    /// How many input signatures (dtypes and shapes) have a schedule now.
+    pub fn schedules(&self) -> usize {
+        self.program.schedules.len()
     }
 
     /// How many input shapes have a recorded run (a CUDA graph) now.

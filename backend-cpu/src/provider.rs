@@ -84,6 +84,18 @@ impl ExecutionProvider for CpuProvider {
         self.storage().deallocate(buffer)
     }
 
+    fn arena_alignment(&self) -> Option<u64> {
+        Some(crate::storage::MIN_ALIGN as u64)
+    }
+
+    fn allocate_arena(&self, size: u64) -> Result<DeviceBuffer, EpError> {
+        self.storage().allocate_arena(size)
+    }
+
+    fn view(&self, arena: DeviceBuffer, offset: u64, size: u64) -> Result<DeviceBuffer, EpError> {
+        self.storage().view(arena, offset, size)
+    }
+
     fn upload(&self, buffer: DeviceBuffer, data: &[u8]) -> Result<(), EpError> {
         let storage = self.storage();
         let (ptr, size) = storage.resolve(&buffer)?;

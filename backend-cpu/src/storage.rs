@@ -15,26 +15,25 @@
 use std::alloc::{Layout, alloc_zeroed, dealloc};
 use std::collections::HashMap;
 
-use onyx_core::ep::{DeviceBuffer, DeviceId, EpError, MemoryStats};
+use onyx_core::ep::{BufferTable, DeviceBuffer, DeviceId, EpError, MemoryStats};
 
 /// Every block is aligned to at least a cache line, enough for any SIMD load.
-const MIN_ALIGN: usize = 64;
+pub const MIN_ALIGN: usize = 64;
 
 struct Block {
     ptr: *mut u8,
     layout: Layout,
-    size: u64,
 }
 
 /// The pool. Not thread-safe by itself; the provider wraps it in a mutex.
 pub struct Storage {
-    blocks: HashMap<u64, Block>,
+    table: BufferTable<Block>,
     cache: HashMap<(usize, usize), Vec<*mut u8>>,
     cached_bytes: usize,
     cache_limit: usize,
-    next_id: u64,
+    /// Bytes of the blocks behind live buffers and arenas (their size classes).
+    held_bytes: u64,
     limit: u64,
-    stats: MemoryStats,
     /// Fill every block with `0xFF` (see the module docs).
     poison: bool,
 }
@@ -53,22 +52,23 @@ impl Storage {
     /// A pool with a byte limit on live buffers and a limit on cached free blocks.
     pub fn new(limit: u64, cache_limit: usize) -> Self {
         Storage {
-            blocks: HashMap::new(),
+            table: BufferTable::new(DeviceId::CPU),
             cache: HashMap::new(),
             cached_bytes: 0,
             cache_limit,
-            next_id: 1,
+            held_bytes: 0,
             limit,
-            stats: MemoryStats::default(),
             poison: std::env::var_os("ONYX_CPU_POISON").is_some_and(|v| v != "0"),
         }
     }
 
-    /// Allocates a block (contents unspecified: see the module docs).
-    pub fn allocate(&mut self, size: u64, align: u32) -> Result<DeviceBuffer, EpError> {
-        let in_use = self.stats.in_use_bytes;
-        let oom = || EpError::OutOfMemory { requested: size, in_use, limit: self.limit };
-        if in_use.checked_add(size).is_none_or(|total| total > self.limit) {
+    /// A block of at least `size` bytes (contents unspecified: see the module
+    /// docs), after checking the limit against everything live and `size` more.
+    fn block(&mut self, size: u64, align: u32) -> Result<Block, EpError> {
+        let st = self.table.stats();
+        let live = st.in_use_bytes + st.arena_bytes;
+        let oom = || EpError::OutOfMemory { requested: size, in_use: live, limit: self.limit };
+        if live.checked_add(size).is_none_or(|total| total > self.limit) {
             return Err(oom());
         }
         let capacity = size_class(usize::try_from(size).map_err(|_| oom())?);
@@ -93,21 +93,40 @@ impl Storage {
             // SAFETY: `p` is a live block of `capacity` bytes owned by this pool.
             unsafe { std::ptr::write_bytes(ptr, 0xFF, capacity) };
         }
-        let id = self.next_id;
-        self.next_id += 1;
-        self.blocks.insert(id, Block { ptr, layout, size });
-        self.stats.in_use_bytes += size;
-        self.stats.peak_bytes = self.stats.peak_bytes.max(self.stats.in_use_bytes);
-        self.stats.allocations += 1;
-        Ok(DeviceBuffer { device: DeviceId::CPU, id, size, align: align as u32 })
+        self.held_bytes += capacity as u64;
+        Ok(Block { ptr, layout })
     }
 
-    /// Returns a block to the cache (or the system when the cache is full).
+    /// Allocates a buffer (contents unspecified: see the module docs).
+    pub fn allocate(&mut self, size: u64, align: u32) -> Result<DeviceBuffer, EpError> {
+        let block = self.block(size, align)?;
+        let align = block.layout.align() as u32;
+        Ok(self.table.insert(block, size, align))
+    }
+
+    /// Allocates an arena: a block whose ranges are handed out by [`view`](Self::view).
+    pub fn allocate_arena(&mut self, size: u64) -> Result<DeviceBuffer, EpError> {
+        let block = self.block(size, MIN_ALIGN as u32)?;
+        Ok(self.table.insert_arena(block, size, MIN_ALIGN as u32))
+    }
+
+    /// A buffer of `size` bytes at `offset` in an arena.
+    pub fn view(
+        &mut self,
+        arena: DeviceBuffer,
+        offset: u64,
+        size: u64,
+    ) -> Result<DeviceBuffer, EpError> {
+        let align = 1 << offset.trailing_zeros().min(MIN_ALIGN.trailing_zeros());
+        self.table.view(arena, offset, size, align)
+    }
+
+    /// Returns a buffer: a block goes to the cache (or the system when the
+    /// cache is full); a view only stops counting.
     pub fn deallocate(&mut self, buffer: DeviceBuffer) -> Result<(), EpError> {
-        let block = self.take(buffer)?;
-        self.stats.in_use_bytes -= block.size;
-        self.stats.frees += 1;
+        let Some(block) = self.table.remove(buffer)? else { return Ok(()) };
         let capacity = block.layout.size();
+        self.held_bytes -= capacity as u64;
         if self.cached_bytes + capacity <= self.cache_limit {
             self.cached_bytes += capacity;
             self.cache.entry((capacity, block.layout.align())).or_default().push(block.ptr);
@@ -118,36 +137,24 @@ impl Storage {
         Ok(())
     }
 
-    fn take(&mut self, buffer: DeviceBuffer) -> Result<Block, EpError> {
-        if buffer.device != DeviceId::CPU {
-            return Err(EpError::UnknownBuffer { id: buffer.id, device: buffer.device });
-        }
-        match self.blocks.get(&buffer.id) {
-            Some(b) if b.size == buffer.size => {}
-            _ => return Err(EpError::UnknownBuffer { id: buffer.id, device: buffer.device }),
-        }
-        Ok(self.blocks.remove(&buffer.id).expect("checked above"))
-    }
-
     /// The address and size of a live buffer.
     pub fn resolve(&self, buffer: &DeviceBuffer) -> Result<(*mut u8, usize), EpError> {
-        match self.blocks.get(&buffer.id) {
-            Some(b) if buffer.device == DeviceId::CPU && b.size == buffer.size => {
-                Ok((b.ptr, b.size as usize))
-            }
-            _ => Err(EpError::UnknownBuffer { id: buffer.id, device: buffer.device }),
-        }
+        let r = self.table.resolve(buffer)?;
+        // SAFETY: a view's range lies inside its arena's block (checked when it was made).
+        Ok((unsafe { r.mem.ptr.add(r.offset as usize) }, r.size as usize))
     }
 
     /// Current figures.
     pub fn stats(&self) -> MemoryStats {
-        let live: u64 = self.blocks.values().map(|b| b.layout.size() as u64).sum();
-        MemoryStats { reserved_bytes: live + self.cached_bytes as u64, ..self.stats }
+        MemoryStats {
+            reserved_bytes: self.held_bytes + self.cached_bytes as u64,
+            ..self.table.stats()
+        }
     }
 
     /// Restarts peak tracking.
     pub fn reset_peak(&mut self) {
-        self.stats.peak_bytes = self.stats.in_use_bytes;
+        self.table.reset_peak();
     }
 
     /// Returns every cached block to the system.
@@ -166,14 +173,14 @@ impl Storage {
 impl Drop for Storage {
     fn drop(&mut self) {
         self.trim();
-        if !self.blocks.is_empty() {
+        if !self.table.is_empty() {
             log::warn!(
                 "CPU provider dropped with {} buffers ({} bytes) never deallocated",
-                self.blocks.len(),
-                self.stats.in_use_bytes
+                self.table.len(),
+                self.table.stats().in_use_bytes
             );
         }
-        for (_, b) in self.blocks.drain() {
+        for b in self.table.drain() {
             // SAFETY: live blocks were allocated with their layout; nothing can use them after drop.
             unsafe { dealloc(b.ptr, b.layout) };
         }
@@ -221,6 +228,24 @@ mod tests {
         let (q, _) = s.resolve(&b).unwrap();
         assert_eq!(p, q);
         assert_eq!(s.stats().reserved_bytes, 64);
+    }
+
+    #[test]
+    fn views_of_an_arena_resolve_inside_it_and_count_in_use() {
+        let mut s = Storage::new(u64::MAX, 1 << 20);
+        let arena = s.allocate_arena(4096).unwrap();
+        let a = s.view(arena, 0, 1000).unwrap();
+        let b = s.view(arena, 1024, 2000).unwrap();
+        let (base, _) = s.resolve(&a).unwrap();
+        let (p, len) = s.resolve(&b).unwrap();
+        assert_eq!((p as usize - base as usize, len), (1024, 2000));
+        let st = s.stats();
+        assert_eq!((st.in_use_bytes, st.arena_bytes), (3000, 4096));
+        s.deallocate(a).unwrap();
+        s.deallocate(b).unwrap();
+        s.deallocate(arena).unwrap();
+        let st = s.stats();
+        assert_eq!((st.in_use_bytes, st.arena_bytes, st.peak_bytes), (0, 0, 3000));
     }
 
     #[test]

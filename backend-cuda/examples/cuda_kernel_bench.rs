@@ -160,8 +160,7 @@ fn time_model(
             .expect("model");
     let registry = OpRegistry::standard();
     let providers: [&dyn ExecutionProvider; 1] = [&**gpu];
-    let opts =
-        CompileOptions { registry: &registry, on_upload: None, allow_fallback: false, fuse: true };
+    let opts = CompileOptions { allow_fallback: false, ..CompileOptions::new(&registry) };
     let mut cg =
         exec::compile(Arc::new(model.graph), &HashMap::new(), &providers, &opts).expect("compile");
     let values = [DeviceValue::Tensor(inputs[0].clone()), DeviceValue::Tensor(inputs[1].clone())];

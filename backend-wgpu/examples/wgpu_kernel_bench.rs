@@ -121,8 +121,7 @@ fn time_model(
             .expect("model");
     let registry = OpRegistry::standard();
     let providers: [&dyn ExecutionProvider; 1] = [&**gpu];
-    let opts =
-        CompileOptions { registry: &registry, on_upload: None, allow_fallback: false, fuse: true };
+    let opts = CompileOptions { allow_fallback: false, ..CompileOptions::new(&registry) };
     let mut cg =
         exec::compile(Arc::new(model.graph), &HashMap::new(), &providers, &opts).expect("compile");
     let (ta, tb) = (upload(gpu, inputs[0].0, inputs[0].1), upload(gpu, inputs[1].0, inputs[1].1));

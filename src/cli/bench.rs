@@ -70,7 +70,16 @@ pub fn bench(a: BenchArgs) -> Result<ExitCode> {
                 Ok((o.latency.as_secs_f64() * 1e3, steps.collect()))
             })
             .collect::<Result<Vec<_>>>()?;
-        Some(Profile::of(&session, &runs))
+        let mut profile = Profile::of(&session, &runs);
+        // Host cost: runs with only the kernel launches timed, no synchronization.
+        let costs = (0..a.profile_runs)
+            .map(|_| {
+                let o = session.run_host_cost(values.clone()).context("host-cost run")?;
+                o.host.context("the run reported no host cost")
+            })
+            .collect::<Result<Vec<_>>>()?;
+        profile.host = HostProfile::of(&costs);
+        Some(profile)
     } else {
         None
     };
@@ -108,6 +117,12 @@ pub fn bench(a: BenchArgs) -> Result<ExitCode> {
             "profile  {:.3} ms over {} nodes (synchronized after each; medians of {} runs), \
              {:.3} ms a run",
             p.total_ms, p.nodes, p.runs, p.run_ms
+        );
+        let h = &p.host;
+        println!(
+            "host     {:.3} us a step outside kernel launches ({} steps a run; run {:.3} ms, \
+             launches {:.3} ms; medians of {} runs timed without synchronization)",
+            h.us_per_step, h.steps, h.run_ms, h.launch_ms, p.runs
         );
         for o in p.by_op.iter().take(15) {
             println!(
@@ -149,6 +164,36 @@ pub struct Profile {
     pub by_op: Vec<OpTime>,
     /// Every timed node, slowest first.
     pub by_node: Vec<NodeTime>,
+    /// The executor's own time, kernels excluded.
+    pub host: HostProfile,
+}
+
+/// The executor's time outside kernel launches, over runs that time every
+/// launch without synchronizing (medians).
+#[derive(Debug, Default, serde::Serialize)]
+pub struct HostProfile {
+    /// Microseconds a step, outside kernel launches.
+    pub us_per_step: f64,
+    /// Steps a run (subgraphs' included).
+    pub steps: u64,
+    /// The executor's time a run.
+    pub run_ms: f64,
+    /// Time inside kernel launches a run.
+    pub launch_ms: f64,
+}
+
+impl HostProfile {
+    fn of(costs: &[onyx::core::exec::HostCost]) -> HostProfile {
+        let med = |f: &dyn Fn(&onyx::core::exec::HostCost) -> f64| {
+            median(&mut costs.iter().map(f).collect::<Vec<_>>())
+        };
+        HostProfile {
+            us_per_step: med(&|c| c.host_us_per_step()),
+            steps: costs.first().map_or(0, |c| c.steps),
+            run_ms: med(&|c| c.run_ms),
+            launch_ms: med(&|c| c.launch_ms),
+        }
+    }
 }
 
 /// One node's median time over the profiled runs.
@@ -217,7 +262,15 @@ impl Profile {
             .collect();
         by_op.sort_by(|a, b| b.ms.total_cmp(&a.ms));
         let run_ms = median(&mut runs.iter().map(|r| r.0).collect::<Vec<_>>());
-        Profile { runs: runs.len(), run_ms, total_ms, nodes, by_op, by_node }
+        Profile {
+            runs: runs.len(),
+            run_ms,
+            total_ms,
+            nodes,
+            by_op,
+            by_node,
+            host: HostProfile::default(),
+        }
     }
 }
 

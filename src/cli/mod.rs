@@ -80,6 +80,11 @@ struct RunArgs {
     /// Seed for generated inputs.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// Run this many times on the same inputs and report the last run: the
+    /// first run with given input shapes records their schedule, later ones
+    /// follow it (and hold its arena).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    repeat: u32,
 }
 
 #[derive(Args, Debug)]

@@ -12,7 +12,12 @@ use super::io::{bytes, inputs, open, output_file_name, stats};
 pub fn run(a: RunArgs) -> Result<ExitCode> {
     let session = open(&a.model, &a.session, !a.no_release)?;
     let values = inputs(&session, &a.inputs, &a.session.dims, a.seed)?;
-    let out = session.run(values).with_context(|| format!("running {}", a.model.display()))?;
+    let run =
+        || session.run(values.clone()).with_context(|| format!("running {}", a.model.display()));
+    let mut out = run()?;
+    for _ in 1..a.repeat {
+        out = run()?;
+    }
 
     if let Some(dir) = &a.output_dir {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -64,6 +69,7 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
                 "peak_bytes": m.peak_bytes,
                 "no_release_bytes": m.no_release_bytes,
                 "live_set_bound_bytes": m.live_set_bound_bytes,
+                "arena_bytes": m.arena_bytes,
                 "releases": m.releases,
                 "weight_bytes": m.weight_bytes,
                 "devices": m.devices,
@@ -117,6 +123,9 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
         bytes(m.live_set_bound_bytes),
         m.live_set_bound_bytes
     );
+    if m.arena_bytes > 0 {
+        println!("  arena                  {:>12}  ({} B)", bytes(m.arena_bytes), m.arena_bytes);
+    }
     println!("  releases               {:>12}", m.releases);
     if m.devices.len() > 1 {
         for d in &m.devices {

@@ -42,6 +42,7 @@ fn compare_file(model: &Path, args: &[&str]) -> serde_json::Value {
         .args(["--onyx", env!("CARGO_BIN_EXE_onyx"), "--model"])
         .arg(model)
         .args(args)
+        .args(["--repeat", "2"])
         .arg("--json")
         .output()
         .expect("python3 runs");
@@ -58,6 +59,16 @@ fn compare_file(model: &Path, args: &[&str]) -> serde_json::Value {
     );
     assert!(peak < without, "release must lower the peak: {peak} vs {without}");
     assert_eq!(peak, bound, "the measured peak is the plan's live-set bound");
+    // The second run followed the first one's schedule: its intermediates
+    // lived in an arena (where the device has one) within 5% of the bound.
+    for d in m["devices"].as_array().unwrap() {
+        let arena = d["arena_bytes"].as_u64().unwrap();
+        let bound = d["live_set_bound_bytes"].as_u64().unwrap();
+        assert!(arena * 100 <= bound * 105, "arena {arena} over 1.05 x the bound {bound}: {d}");
+        if d["device"] == "cpu" && bound > 0 {
+            assert!(arena > 0, "the CPU places intermediates in an arena: {d}");
+        }
+    }
     // `onyx info` on the same device shows the placement without failing.
     let device = args.iter().position(|a| *a == "--device").map_or("cpu", |i| args[i + 1]);
     let info = Command::new(env!("CARGO_BIN_EXE_onyx"))

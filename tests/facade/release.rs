@@ -246,7 +246,7 @@ fn run_lent(
         std::sync::Arc::new(model.graph),
         &Default::default(),
         &[&cpu],
-        &CompileOptions { registry: &registry, on_upload: None, allow_fallback: false, fuse: true },
+        &CompileOptions { allow_fallback: false, ..CompileOptions::new(&registry) },
     )
     .unwrap();
     let lent: Vec<TensorArg> = inputs
@@ -623,7 +623,7 @@ fn the_executor_ledger_balances_on_success_and_on_failure() {
         std::sync::Arc::new(model.graph),
         &Default::default(),
         &[&cpu],
-        &CompileOptions { registry: &registry, on_upload: None, allow_fallback: false, fuse: true },
+        &CompileOptions { allow_fallback: false, ..CompileOptions::new(&registry) },
     )
     .unwrap();
     let before = cpu.memory_stats();

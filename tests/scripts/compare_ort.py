@@ -96,6 +96,8 @@ def main():
     ap.add_argument("--rtol", type=float, default=1e-4)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--strict", action="store_true", help="forbid CPU fallback in onyx")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="onyx runs this many times and reports the last run (later runs follow the schedule)")
     ap.add_argument("--work")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
@@ -121,6 +123,7 @@ def main():
     cmd = [a.onyx, "run", a.model, "--device", a.device, "--output-dir", os.path.join(work, "onyx"), "--json"]
     if a.strict:
         cmd.append("--strict")
+    cmd += ["--repeat", str(a.repeat)]
     for name, value in feeds.items():
         path = os.path.join(work, "in_" + safe_name(name))
         np.save(path, value)

@@ -82,12 +82,8 @@ impl Engine {
             providers.push(Rc::new(CpuProvider::new(CpuOptions::default())));
         }
         let registry = OpRegistry::standard();
-        let copts = CompileOptions {
-            registry: &registry,
-            on_upload: None,
-            allow_fallback: !opts.strict,
-            fuse: true,
-        };
+        let copts =
+            CompileOptions { allow_fallback: !opts.strict, ..CompileOptions::new(&registry) };
         let refs: Vec<&dyn ExecutionProvider> = providers.iter().map(|p| &**p).collect();
         let graph = Arc::new(model.graph.clone());
         let program = exec::compile(graph, &HashMap::new(), &refs, &copts)
@@ -123,7 +119,12 @@ impl Engine {
         }
         let start = now_ms();
         let clock: Option<fn() -> f64> = if profile { Some(now_ms) } else { None };
-        let opts = RunOptions { release_dead_values: release, measure_timeline: true, clock };
+        let opts = RunOptions {
+            release_dead_values: release,
+            measure_timeline: true,
+            clock,
+            ..RunOptions::default()
+        };
         let ran = exec::run_on_host(&self.program, &self.refs(), &inputs, opts)
             .await
             .map_err(|e| format!("running on {}: {}", self.providers[0].name(), chain(&e)))?;
@@ -140,6 +141,7 @@ impl Engine {
                     peak_bytes: ran.peak_bytes[i],
                     no_release_bytes: pf.no_release_bytes,
                     live_set_bound_bytes: pf.live_set_bound,
+                    arena_bytes: ran.arena_bytes.get(i).copied().unwrap_or(0),
                     weight_bytes: weights[i],
                 }
             })

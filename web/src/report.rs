@@ -98,6 +98,8 @@ pub(crate) struct DeviceFigures {
     pub(crate) no_release_bytes: u64,
     /// The plan's live-set bound there.
     pub(crate) live_set_bound_bytes: u64,
+    /// The arena later runs with these input shapes hold there.
+    pub(crate) arena_bytes: u64,
     pub(crate) weight_bytes: u64,
 }
 

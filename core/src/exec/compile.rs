@@ -21,6 +21,7 @@ use crate::plan::{NodeTraits, Plan, topological_order};
 use crate::tensor::Tensor;
 
 use super::program::{Action, CompiledGraph, Step};
+use super::schedule::Schedules;
 use super::widen;
 
 mod fuse;
@@ -40,6 +41,22 @@ pub struct CompileOptions<'a> {
     /// Fuse op chains into the ops that compute them in one kernel
     /// (see `exec::compile::fuse`); off only to compare against the graph as written.
     pub fuse: bool,
+    /// Input signatures each graph keeps a schedule for (see
+    /// [`Schedules`](super::Schedules); 0 decides every run anew).
+    pub schedules: usize,
+}
+
+impl<'a> CompileOptions<'a> {
+    /// The defaults: fallback, fusion and [`DEFAULT_SCHEDULES`](super::DEFAULT_SCHEDULES) schedules on.
+    pub fn new(registry: &'a OpRegistry) -> Self {
+        CompileOptions {
+            registry,
+            on_upload: None,
+            allow_fallback: true,
+            fuse: true,
+            schedules: super::DEFAULT_SCHEDULES,
+        }
+    }
 }
 
 /// What a subgraph sees of its enclosing graph, by name: id, fact and location.
@@ -626,6 +643,7 @@ impl<'a> Pass<'a> {
             weights: Vec::new(),
             captures,
             figures_memo: Mutex::new(None),
+            schedules: Schedules::new(self.opts.schedules),
         }
     }
 }

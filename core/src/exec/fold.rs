@@ -56,7 +56,7 @@ impl Exec<'_> {
         };
         for (o, t) in node.outputs.iter().zip(values) {
             if let Some(v) = *o {
-                frame.host.insert(v, t.clone());
+                frame.known.insert(v, t.clone());
                 frame.vals[v.index()] = Some(Val::Host(t));
             }
         }

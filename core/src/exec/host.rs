@@ -26,6 +26,12 @@ pub struct HostRun {
     /// Per provider: the peak of bytes in use during the run (inputs, uploads
     /// and read-backs included) less what it held before, from its own accounting.
     pub peak_bytes: Vec<u64>,
+    /// Per provider: the most arena bytes held at once during the run, from
+    /// its own accounting; where the run held none (the first run with these
+    /// input shapes plans the arena), the arena its schedule plans.
+    pub arena_bytes: Vec<u64>,
+    /// With [`RunOptions::launch_clock`](super::RunOptions): the executor's time and the kernels'.
+    pub host: Option<super::HostCost>,
 }
 
 /// One point of a run's memory timeline, labelled: the plan's figures with
@@ -76,7 +82,8 @@ pub async fn run_on_host(
     let mut baselines = Vec::with_capacity(providers.len());
     for p in providers {
         p.reset_peak();
-        baselines.push(p.memory_stats().in_use_bytes);
+        let st = p.memory_stats();
+        baselines.push((st.in_use_bytes, st.arena_bytes));
     }
     let mut uploaded = Vec::new();
     let result = upload_and_run(cg, providers, inputs, opts, &mut uploaded).await;
@@ -97,10 +104,17 @@ pub async fn run_on_host(
     // The run's own error, if any, is the one to report.
     let mut run = result?;
     freed?;
-    run.peak_bytes = providers
+    let stats: Vec<_> = providers.iter().map(|p| p.memory_stats()).collect();
+    run.peak_bytes =
+        stats.iter().zip(&baselines).map(|(s, b)| s.peak_bytes.saturating_sub(b.0)).collect();
+    run.arena_bytes = stats
         .iter()
-        .zip(baselines)
-        .map(|(p, base)| p.memory_stats().peak_bytes.saturating_sub(base))
+        .zip(&baselines)
+        .zip(&run.arena_bytes)
+        .map(|((s, b), &planned)| match s.arena_peak_bytes.saturating_sub(b.1) {
+            0 => planned,
+            held => held,
+        })
         .collect();
     Ok(run)
 }
@@ -153,6 +167,8 @@ async fn upload_and_run(
         measured: result.measured,
         step_ms: result.step_ms,
         peak_bytes: Vec::new(),
+        arena_bytes: result.arena_bytes,
+        host: result.host,
     })
 }
 

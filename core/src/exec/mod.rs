@@ -2,22 +2,26 @@
 
 mod compile;
 mod fold;
+mod follow;
 mod host;
 mod looping;
 mod on_host;
 mod program;
 mod replay;
 mod run;
+mod schedule;
 mod sequence;
 mod slices;
 mod state;
+mod step;
 mod widen;
 
 pub use compile::{CompileOptions, ONYX_DOMAIN, Scope, compile, declared_fact};
 pub use host::{HostRun, StepPoint, run_on_host};
 pub use program::{Action, CompiledGraph, Step};
 pub use replay::{Replays, run_on_host_replayed};
-pub use run::{DeviceValue, RunOptions, RunResult, run};
+pub use run::{DeviceValue, HostCost, RunOptions, RunResult, run};
+pub use schedule::{DEFAULT_SCHEDULES, Schedule, Schedules};
 
 use crate::ops::control::If;
 use crate::ops::looping::{Loop, Scan, SequenceMap};

@@ -11,6 +11,8 @@ use crate::ops::{Fact, Op};
 use crate::plan::{MemoryFigures, Plan, RunTrace};
 use crate::shape::Shape;
 
+use super::schedule::Schedules;
+
 /// What a step does at run time.
 pub enum Action {
     /// Launch a prepared kernel on the step's provider.
@@ -100,6 +102,8 @@ pub struct CompiledGraph {
     pub captures: Vec<(ValueId, ValueId)>,
     /// The last run's trace and the figures computed from it (see [`CompiledGraph::figures`]).
     pub(crate) figures_memo: Mutex<Option<(RunTrace, MemoryFigures)>>,
+    /// What the host decided for each recent input signature (see `schedule`).
+    pub schedules: Schedules,
 }
 
 impl CompiledGraph {

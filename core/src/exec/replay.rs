@@ -59,6 +59,7 @@ struct Recording {
     /// allocations and frees, inside the graph).
     measured: Vec<u64>,
     peak_bytes: Vec<u64>,
+    arena_bytes: Vec<u64>,
     /// Set while a replay is using the recording's inputs and outputs.
     busy: AtomicBool,
 }
@@ -218,7 +219,8 @@ fn replay_key(
         && providers.len() == 1
         && providers[0].supports_capture()
         && opts.release_dead_values
-        && opts.clock.is_none();
+        && opts.clock.is_none()
+        && opts.launch_clock.is_none();
     if !eligible {
         return None;
     }
@@ -335,6 +337,7 @@ async fn record(
             releases: result.releases,
             measured: result.measured,
             peak_bytes: vec![peak],
+            arena_bytes: result.arena_bytes,
             busy: AtomicBool::new(false),
         })),
         Err(e) => {
@@ -383,5 +386,7 @@ async fn replay(
         measured: r.measured.clone(),
         step_ms: Vec::new(),
         peak_bytes: r.peak_bytes.clone(),
+        arena_bytes: r.arena_bytes.clone(),
+        host: None,
     })
 }

@@ -6,14 +6,15 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 
-use super::program::{Action, CompiledGraph, Step};
-use super::state::{Exec, Frame, Outputs, Slot, Val, common_shape};
+use super::program::CompiledGraph;
+use super::schedule::{AllocLife, Decision, Recorder, Schedule, Signature, Use};
+use super::state::{Exec, Frame, Outputs, Slot, Val};
 use crate::dtype::DType;
-use crate::ep::{ExecutionProvider, Launch, TensorArg};
-use crate::error::{Error, OpError};
-use crate::graph::{Node, ValueId};
-use crate::ops::{Fact, InferInputs};
-use crate::plan::{Guard, MemoryFigures, RunTrace};
+use crate::ep::{ExecutionProvider, TensorArg};
+use crate::error::Error;
+use crate::graph::ValueId;
+use crate::ops::Fact;
+use crate::plan::{Guard, Lifetime, MemoryFigures, RunTrace};
 use crate::tensor::Tensor;
 
 /// Per-run settings.
@@ -29,11 +30,39 @@ pub struct RunOptions {
     /// is synchronized after each top-level step and the step's wall time is
     /// returned in [`RunResult::step_ms`]. Slower: use it to see where time goes.
     pub clock: Option<fn() -> f64>,
+    /// Host-cost accounting: with a clock, the time inside every kernel
+    /// launch is summed (no synchronization) into [`RunResult::host`], so
+    /// the executor's own time per step can be told from the kernels' (on
+    /// the CPU, a launch runs its kernel before it returns).
+    pub launch_clock: Option<fn() -> f64>,
 }
 
 impl Default for RunOptions {
     fn default() -> Self {
-        RunOptions { release_dead_values: true, measure_timeline: false, clock: None }
+        RunOptions {
+            release_dead_values: true,
+            measure_timeline: false,
+            clock: None,
+            launch_clock: None,
+        }
+    }
+}
+
+/// Where a run's time went, with [`RunOptions::launch_clock`].
+#[derive(Copy, Clone, Debug, Default, PartialEq)]
+pub struct HostCost {
+    /// The executor's wall time, inputs bound to outputs taken.
+    pub run_ms: f64,
+    /// Time inside kernel launches.
+    pub launch_ms: f64,
+    /// Steps run, subgraphs' included.
+    pub steps: u64,
+}
+
+impl HostCost {
+    /// The executor's own time per step, kernels excluded, in microseconds.
+    pub fn host_us_per_step(&self) -> f64 {
+        (self.run_ms - self.launch_ms) * 1e3 / self.steps.max(1) as f64
     }
 }
 
@@ -72,6 +101,12 @@ pub struct RunResult {
     /// With [`RunOptions::clock`]: the wall time of each top-level step, in
     /// plan order, its device work included. Empty otherwise.
     pub step_ms: Vec<f64>,
+    /// Per provider: the arena of the graph's schedule for these input
+    /// shapes (planned by the first run with them, held by every later one;
+    /// 0 where the provider has no arenas or the graph no schedule).
+    pub arena_bytes: Vec<u64>,
+    /// With [`RunOptions::launch_clock`]: the executor's time and the kernels'.
+    pub host: Option<HostCost>,
 }
 
 /// Runs a compiled graph. Input buffers are lent: the executor never frees or
@@ -96,7 +131,14 @@ pub async fn run(
         measured: None,
         clock: opts.clock,
         step_ms: Vec::new(),
+        events: 0,
+        reads: 0,
+        arenas: Vec::new(),
+        planned_arenas: Vec::new(),
+        launch_clock: opts.launch_clock,
+        cost: HostCost::default(),
     };
+    let started = opts.launch_clock.map(|now| now());
     if opts.measure_timeline {
         // Measured from what the providers held before the inputs were lent to us.
         let lent: u64 = inputs.iter().flat_map(tensors).map(|t| t.buffer.size).sum();
@@ -120,7 +162,21 @@ pub async fn run(
         }
         let measured = ex.measured.take().map(|(_, m)| m).unwrap_or_default();
         let step_ms = std::mem::take(&mut ex.step_ms);
-        Ok(RunResult { outputs, figures, releases: ex.releases, measured, step_ms })
+        let mut arena_bytes = std::mem::take(&mut ex.planned_arenas);
+        arena_bytes.resize(providers.len(), 0);
+        let host = opts
+            .launch_clock
+            .zip(started)
+            .map(|(now, t0)| HostCost { run_ms: now() - t0, ..ex.cost });
+        Ok(RunResult {
+            outputs,
+            figures,
+            releases: ex.releases,
+            measured,
+            step_ms,
+            arena_bytes,
+            host,
+        })
     }
     .await;
     if result.is_err() {
@@ -199,53 +255,156 @@ impl<'a> Exec<'a> {
         'a: 's,
     {
         Box::pin(async move {
+            // Schedules hold only where release at last use decides the run.
+            let sig = match self.release {
+                true => Signature::of(bindings.iter().map(|(_, v)| v)),
+                false => None,
+            };
+            let use_ = sig.as_ref().map_or(Use::Eager, |s| cg.schedules.start(s));
+            let (schedule, record) = match use_ {
+                Use::Follow(s) => (Some(s), None),
+                Use::Record => (None, Some(Recorder::default())),
+                Use::Eager => (None, None),
+            };
             let mut frame = Frame {
                 vals: vec![None; cg.graph.values.len()],
-                host: HashMap::new(),
+                known: HashMap::default(),
+                read: HashMap::default(),
                 trace: RunTrace::new(&cg.graph, &cg.plan, self.providers.len()),
+                schedule,
+                record,
+                arenas: vec![None; self.providers.len()],
+                strayed: false,
+                exact: true,
             };
-            for (v, p, w) in &cg.weights {
-                let val = Val::Tensor(Slot {
-                    key: self.adopt(w.buffer, *p, false),
-                    dtype: w.dtype,
-                    shape: w.shape.clone(),
-                });
-                self.hold(&val, true);
-                frame.vals[v.index()] = Some(val);
-            }
-            for (v, val) in bindings {
-                if cg.plan.guard(v) == Some(Guard::GraphInput) {
-                    frame.trace.allocated[v.index()] =
-                        Some(val.slots().iter().map(|s| self.bufs[s.key].buffer.size).sum());
+            let ran = self.run_frame(cg, &mut frame, bindings, top_level).await;
+            let Some(sig) = sig else { return ran };
+            match (&ran, frame.record.take()) {
+                (Ok((_, figures)), Some(rec)) => {
+                    let lives = self.lifetimes(&rec);
+                    let schedule =
+                        Schedule::new(cg, rec.decisions, &lives, self.providers, figures.clone());
+                    if top_level {
+                        self.planned_arenas = schedule.arenas.clone();
+                    }
+                    cg.schedules.finish(&sig, Some(schedule));
                 }
-                frame.vals[v.index()] = Some(val);
+                (Err(_), Some(_)) => cg.schedules.finish(&sig, None),
+                _ => {}
             }
-            let clock = if top_level { self.clock } else { None };
-            if clock.is_some() {
-                self.synchronize().await?;
+            if frame.strayed {
+                cg.schedules.unstable(&sig);
             }
-            for (s, step) in cg.steps.iter().enumerate() {
-                let start = clock.map(|now| now());
-                self.step(cg, &mut frame, s, step).await?;
-                if let (Some(now), Some(start)) = (clock, start) {
-                    self.synchronize().await?;
-                    self.step_ms.push(now() - start);
+            ran
+        })
+    }
+
+    /// Binds a graph run's values, runs its steps (following its schedule
+    /// while the run stays on it), and takes its outputs.
+    async fn run_frame(
+        &mut self,
+        cg: &CompiledGraph,
+        frame: &mut Frame,
+        bindings: Vec<(ValueId, Val)>,
+        top_level: bool,
+    ) -> Result<Outputs, Error> {
+        if let Some(schedule) = frame.schedule.clone() {
+            if top_level {
+                self.planned_arenas = schedule.arenas.clone();
+            }
+            for (p, &bytes) in schedule.arenas.iter().enumerate() {
+                if bytes > 0 {
+                    frame.arenas[p] = Some(self.alloc_arena(p, bytes)?);
                 }
-                if top_level {
-                    self.measure();
+            }
+        }
+        for (v, p, w) in &cg.weights {
+            let val = Val::Tensor(Slot {
+                key: self.adopt(w.buffer, *p, false),
+                dtype: w.dtype,
+                shape: w.shape.clone(),
+            });
+            self.hold(&val, true);
+            frame.vals[v.index()] = Some(val);
+        }
+        for (v, val) in bindings {
+            if cg.plan.guard(v) == Some(Guard::GraphInput) {
+                frame.trace.allocated[v.index()] =
+                    Some(val.slots().iter().map(|s| self.bufs[s.key].buffer.size).sum());
+            }
+            frame.vals[v.index()] = Some(val);
+        }
+        let clock = if top_level { self.clock } else { None };
+        if clock.is_some() {
+            self.synchronize().await?;
+        }
+        let schedule = frame.schedule.clone();
+        for (s, step) in cg.steps.iter().enumerate() {
+            let start = clock.map(|now| now());
+            match schedule.as_ref().filter(|_| !frame.strayed) {
+                Some(schedule) => {
+                    let d = &schedule.decisions[s];
+                    self.cost.steps += u64::from(!matches!(d, Decision::Skip));
+                    self.follow(cg, frame, s, step, d).await?
                 }
-                if self.release {
-                    for &v in &cg.plan.releases[s] {
-                        frame.host.remove(&v);
-                        if let Some(val) = frame.vals[v.index()].take() {
-                            self.drop_val(&val)?;
+                None => {
+                    self.cost.steps += 1;
+                    let taken = self.step(cg, frame, s, step).await?;
+                    if frame.record.is_some() {
+                        let decision = self.decision(cg, frame, s, taken);
+                        if let Some(rec) = &mut frame.record {
+                            rec.decisions.push(decision);
                         }
                     }
                 }
             }
-            let outs = self.finish(cg, &mut frame)?;
-            Ok((outs, cg.figures(std::mem::take(&mut frame.trace))))
-        })
+            if let (Some(now), Some(start)) = (clock, start) {
+                self.synchronize().await?;
+                self.step_ms.push(now() - start);
+            }
+            if top_level {
+                self.measure();
+            }
+            if self.release {
+                for &v in &cg.plan.releases[s] {
+                    if !frame.known.is_empty() {
+                        frame.known.remove(&v);
+                    }
+                    if !frame.read.is_empty() {
+                        frame.read.remove(&v);
+                    }
+                    if let Some(val) = frame.vals[v.index()].take() {
+                        self.drop_val(&val)?;
+                    }
+                }
+            }
+        }
+        let outs = self.finish(cg, frame)?;
+        for a in frame.arenas.iter().flatten() {
+            self.free_arena(*a)?;
+        }
+        let figures = match (&schedule, frame.exact && !frame.strayed) {
+            (Some(s), true) => s.figures.clone(),
+            _ => cg.figures(std::mem::take(&mut frame.trace)),
+        };
+        Ok((outs, figures))
+    }
+
+    /// The lifetimes of the buffers a recording's launches allocated and the
+    /// run freed: what the arena planner places.
+    fn lifetimes(&self, rec: &Recorder) -> Vec<AllocLife> {
+        rec.allocs
+            .iter()
+            .filter_map(|&(step, output, key)| {
+                let b = &self.bufs[key];
+                (b.freed != u32::MAX).then_some(AllocLife {
+                    step,
+                    output,
+                    provider: b.provider,
+                    life: Lifetime { size: b.buffer.size, start: b.born, end: b.freed },
+                })
+            })
+            .collect()
     }
 
     /// Takes the outputs, drops everything else, and copies any output whose
@@ -271,7 +430,8 @@ impl<'a> Exec<'a> {
             };
             for slot in slots {
                 let b = &self.bufs[slot.key];
-                if b.owned && b.refs == 1 {
+                // An arena view goes back with its arena: outputs get buffers of their own.
+                if b.owned && b.refs == 1 && b.arena.is_none() {
                     continue;
                 }
                 let (src, bytes, p) = (b.buffer, b.buffer.size, b.provider);
@@ -297,13 +457,18 @@ impl<'a> Exec<'a> {
         frame: &mut Frame,
         v: ValueId,
     ) -> Result<Tensor, Error> {
-        if let Some(t) = frame.host.get(&v) {
+        if let Some(t) = frame.known.get(&v) {
             return Ok(t.clone());
         }
         if let Some(t) = cg.facts[v.index()].as_ref().and_then(|f| f.value.clone()) {
             return Ok(t);
         }
         if let Some(Val::Host(t)) = &frame.vals[v.index()] {
+            return Ok(t.clone());
+        }
+        // Device data from here on: what is decided from it is not the signature's.
+        self.reads += 1;
+        if let Some(t) = frame.read.get(&v) {
             return Ok(t.clone());
         }
         let Some(Val::Tensor(slot)) = frame.vals[v.index()].clone() else {
@@ -313,348 +478,9 @@ impl<'a> Exec<'a> {
             )));
         };
         let t = self.read_slot(&slot, &format!("'{}'", cg.graph.value(v).name)).await?;
-        frame.host.insert(v, t.clone());
+        frame.read.insert(v, t.clone());
         Ok(t)
     }
-
-    /// Device inputs, host values of the value inputs, and facts for inference.
-    async fn gather(
-        &mut self,
-        cg: &CompiledGraph,
-        frame: &mut Frame,
-        node: &Node,
-        step: &Step,
-    ) -> Result<Gathered, Error> {
-        let n = node.inputs.len();
-        let mut g = Gathered {
-            args: Vec::with_capacity(n),
-            values: vec![None; n],
-            facts: Vec::with_capacity(n),
-        };
-        for (i, input) in node.inputs.iter().enumerate() {
-            let Some(v) = *input else {
-                g.args.push(None);
-                g.facts.push(None);
-                continue;
-            };
-            if step.value_inputs.contains(&i) {
-                // Shape arguments travel on the host; kernels read them from `values`.
-                let t = self.host_value(cg, frame, v).await?;
-                g.facts.push(Some(Fact::from_tensor(&t)));
-                g.values[i] = Some(t);
-                g.args.push(None);
-                continue;
-            }
-            let val = frame.vals[v.index()].clone().ok_or_else(|| {
-                Error::Internal(format!(
-                    "{}: input '{}' is not live (released too early?)",
-                    node.desc(),
-                    cg.graph.value(v).name
-                ))
-            })?;
-            match &val {
-                Val::Tensor(slot) => {
-                    g.args.push(Some(self.arg(slot)));
-                    g.facts.push(Some(Fact::known(slot.dtype, &slot.shape)));
-                }
-                Val::Seq(d, items) => {
-                    g.args.push(None);
-                    g.facts.push(Some(Fact::sequence_of(*d, common_shape(items))));
-                }
-                Val::Empty(..) => {
-                    return Err(Error::Op {
-                        node: node.desc(),
-                        source: OpError::Invalid(format!(
-                            "input {i} is an optional holding nothing"
-                        )),
-                    });
-                }
-                Val::Host(t) => {
-                    return Err(Error::Op {
-                        node: node.desc(),
-                        source: OpError::Unsupported(format!(
-                            "input {i} is a {} tensor, which no device holds",
-                            t.dtype()
-                        )),
-                    });
-                }
-            }
-        }
-        Ok(g)
-    }
-
-    async fn step(
-        &mut self,
-        cg: &CompiledGraph,
-        frame: &mut Frame,
-        s: usize,
-        step: &Step,
-    ) -> Result<(), Error> {
-        let node = &cg.graph.nodes[step.node.index()];
-        let op_err = |source: OpError| Error::Op { node: node.desc(), source };
-        match &step.action {
-            Action::Kernel(kernel) => {
-                if self.try_fold(cg, frame, node, step) {
-                    return Ok(());
-                }
-                self.materialize_data(cg, frame, node, step, s + 1)?;
-                let Gathered { args, values, facts } = self.gather(cg, frame, node, step).await?;
-                if let Some(i) = facts.iter().position(|f| f.as_ref().is_some_and(|f| f.sequence)) {
-                    return Err(op_err(OpError::Invalid(format!(
-                        "input {i} is a sequence, expected a tensor"
-                    ))));
-                }
-                let out_facts = step.op.infer(&InferInputs::new(&facts)).map_err(op_err)?;
-                let mut new_vals: Vec<(ValueId, Val)> = Vec::new();
-                let mut outs: Vec<Option<TensorArg>> = Vec::with_capacity(node.outputs.len());
-                for (i, o) in node.outputs.iter().enumerate() {
-                    let Some(v) = *o else {
-                        outs.push(None);
-                        continue;
-                    };
-                    let (dtype, dims, bytes) = concrete(node, &out_facts, i)?;
-                    let reuse = if i == 0
-                        && self.release
-                        && self.providers[step.provider].supports_in_place(*kernel)
-                    {
-                        self.in_place(cg, frame, s, bytes)
-                    } else {
-                        None
-                    };
-                    let key = match reuse {
-                        Some((key, src)) => {
-                            frame.trace.in_place[s] = Some(src);
-                            key
-                        }
-                        None => {
-                            let key =
-                                self.alloc(step.provider, bytes, dtype.align() as u32, &|| {
-                                    format!("output {i} of {}", node.desc())
-                                })?;
-                            frame.trace.allocated[v.index()] = Some(bytes);
-                            key
-                        }
-                    };
-                    let slot = Slot { key, dtype, shape: dims };
-                    outs.push(Some(self.arg(&slot)));
-                    let val = Val::Tensor(slot);
-                    // Hold at once, so the error path sees every buffer referenced.
-                    self.hold(&val, cg.plan.guard(v).is_some());
-                    new_vals.push((v, val));
-                    if let Some(value) = out_facts.get(i).and_then(|f| f.value.clone()) {
-                        frame.host.insert(v, value);
-                    }
-                }
-                let ep = self.providers[step.provider];
-                let launched =
-                    ep.launch(*kernel, &Launch { inputs: &args, outputs: &outs, values: &values });
-                for (v, val) in new_vals {
-                    frame.vals[v.index()] = Some(val);
-                }
-                launched.map_err(|source| Error::Kernel {
-                    node: node.desc(),
-                    backend: ep.name(),
-                    source,
-                })?;
-            }
-            Action::View(slot) => {
-                if self.try_fold(cg, frame, node, step) {
-                    return Ok(());
-                }
-                self.materialize_data(cg, frame, node, step, s + 1)?;
-                // Identity also passes sequences and optionals through: same handles, one more reference.
-                if let (Some(Val::Seq(..) | Val::Empty(..)), Some(v)) = (
-                    node.input(*slot).and_then(|v| frame.vals[v.index()].clone()),
-                    node.outputs.first().copied().flatten(),
-                ) {
-                    let val = frame.vals[node.input(*slot).expect("checked").index()]
-                        .clone()
-                        .expect("checked");
-                    self.hold(&val, true);
-                    frame.vals[v.index()] = Some(val);
-                    return Ok(());
-                }
-                let facts = self.gather(cg, frame, node, step).await?.facts;
-                let out_facts = step.op.infer(&InferInputs::new(&facts)).map_err(op_err)?;
-                let src = node.input(*slot).and_then(|v| frame.vals[v.index()].clone());
-                let Some(Val::Tensor(src)) = src else {
-                    return Err(op_err(OpError::Invalid(format!("input {slot} must be a tensor"))));
-                };
-                if let Some(v) = node.outputs.first().copied().flatten() {
-                    let (dtype, dims, bytes) = concrete(node, &out_facts, 0)?;
-                    if bytes != self.bufs[src.key].buffer.size || dtype != src.dtype {
-                        return Err(Error::Internal(format!(
-                            "{}: a view must keep the byte size",
-                            node.desc()
-                        )));
-                    }
-                    let val = Val::Tensor(Slot { key: src.key, dtype, shape: dims });
-                    self.hold(&val, cg.plan.guard(v).is_some());
-                    if let Some(value) = out_facts.first().and_then(|f| f.value.clone()) {
-                        frame.host.insert(v, value);
-                    }
-                    frame.vals[v.index()] = Some(val);
-                }
-            }
-            Action::If { then_branch, else_branch } => {
-                let cond_id = node.input(0).ok_or_else(|| op_err(OpError::MissingInput(0)))?;
-                let cond = self.host_value(cg, frame, cond_id).await?;
-                let cond = cond.to_i64_vec().map_err(|e| op_err(e.into()))?;
-                let (branch, name) = match cond.as_slice() {
-                    [c] if *c != 0 => (then_branch, "then_branch"),
-                    [_] => (else_branch, "else_branch"),
-                    _ => {
-                        return Err(op_err(OpError::Shape(
-                            "the If condition must hold one element".into(),
-                        )));
-                    }
-                };
-                self.run_branch(cg, frame, s, node, branch, name).await?;
-            }
-            Action::Resolved { branch, name } => {
-                self.run_branch(cg, frame, s, node, branch, name).await?;
-            }
-            Action::Repeat { body } => {
-                self.materialize_inputs(cg, frame, node, s + 1)?;
-                self.materialize_captures(cg, frame, body, s + 1)?;
-                self.repeat(cg, frame, s, step, body).await?;
-            }
-            Action::Host => self.on_host(cg, frame, node, step).await?,
-            Action::Sequence(kind) => {
-                self.materialize_inputs(cg, frame, node, s + 1)?;
-                self.sequence(cg, frame, node, *kind).await?;
-            }
-            Action::Copy => self.copy_across(cg, frame, node, step.provider).await?,
-        }
-        Ok(())
-    }
-
-    /// Binds the values a subgraph captures, one reference each for the subgraph.
-    pub(super) fn bind_captures(
-        &mut self,
-        cg: &CompiledGraph,
-        frame: &Frame,
-        sub: &CompiledGraph,
-    ) -> Result<Vec<(ValueId, Val)>, Error> {
-        let mut bindings = Vec::with_capacity(sub.captures.len());
-        for (inner, outer) in &sub.captures {
-            let val = frame.vals[outer.index()].clone().ok_or_else(|| {
-                Error::Internal(format!("captured '{}' is not live", cg.graph.value(*outer).name))
-            })?;
-            // The extra reference keeps the value alive and unwritable
-            // (in place needs a sole reference) while the subgraph runs.
-            self.hold(&val, false);
-            bindings.push((*inner, val));
-        }
-        Ok(bindings)
-    }
-
-    /// Stores a node's outputs (each already holding one reference), or drops
-    /// those the node does not name.
-    pub(super) fn set_outputs(
-        &mut self,
-        cg: &CompiledGraph,
-        frame: &mut Frame,
-        node: &Node,
-        outs: Vec<Val>,
-    ) -> Result<(), Error> {
-        for (o, val) in node.outputs.iter().zip(outs) {
-            match o {
-                Some(v) => {
-                    let bytes: u64 = val.slots().iter().map(|x| self.bufs[x.key].buffer.size).sum();
-                    frame.trace.allocated[v.index()] = Some(bytes);
-                    if cg.plan.guard(*v).is_some() || matches!(val, Val::Seq(..)) {
-                        for x in val.slots() {
-                            self.bufs[x.key].guarded = true;
-                        }
-                    }
-                    frame.vals[v.index()] = Some(val);
-                }
-                None => self.drop_val(&val)?,
-            }
-        }
-        Ok(())
-    }
-
-    /// Runs one branch of an `If` and takes its outputs as the node's.
-    async fn run_branch(
-        &mut self,
-        cg: &CompiledGraph,
-        frame: &mut Frame,
-        s: usize,
-        node: &Node,
-        branch: &CompiledGraph,
-        name: &str,
-    ) -> Result<(), Error> {
-        self.materialize_captures(cg, frame, branch, s + 1)?;
-        let bindings = self.bind_captures(cg, frame, branch)?;
-        let (outs, figures) = self.run_graph(branch, bindings, false).await.map_err(|e| {
-            Error::Subgraph { node: node.desc(), branch: name.into(), source: Box::new(e) }
-        })?;
-        frame.trace.inner[s] = Some(figures);
-        self.set_outputs(cg, frame, node, outs)
-    }
-
-    /// Copies input 0 to provider `to` through the host (download, then upload).
-    async fn copy_across(
-        &mut self,
-        cg: &CompiledGraph,
-        frame: &mut Frame,
-        node: &Node,
-        to: usize,
-    ) -> Result<(), Error> {
-        let (Some(src), Some(dst)) = (node.input(0), node.outputs.first().copied().flatten())
-        else {
-            return Err(Error::Internal(format!("{}: malformed copy", node.desc())));
-        };
-        let t = self.host_value(cg, frame, src).await?;
-        let slot = self.upload_tensor(to, &t, &node.desc().to_string())?;
-        frame.trace.allocated[dst.index()] = Some(self.bufs[slot.key].buffer.size);
-        let val = Val::Tensor(slot);
-        self.hold(&val, cg.plan.guard(dst).is_some());
-        frame.vals[dst.index()] = Some(val);
-        Ok(())
-    }
-
-    /// The buffer of a dying input that output 0 can take over, if the plan allows and sizes fit.
-    fn in_place(
-        &self,
-        cg: &CompiledGraph,
-        frame: &Frame,
-        s: usize,
-        bytes: u64,
-    ) -> Option<(usize, ValueId)> {
-        cg.plan.in_place[s].iter().find_map(|&(_, v)| {
-            let Some(Val::Tensor(slot)) = &frame.vals[v.index()] else { return None };
-            let b = &self.bufs[slot.key];
-            (b.owned && !b.guarded && b.refs == 1 && b.buffer.size == bytes)
-                .then_some((slot.key, v))
-        })
-    }
-}
-
-/// What a step's inputs are at run time.
-struct Gathered {
-    /// Device tensors by slot (`None` for absent inputs, sequences and value inputs).
-    args: Vec<Option<TensorArg>>,
-    /// Host tensors for the value inputs, by slot.
-    values: Vec<Option<Tensor>>,
-    /// Concrete facts for inference.
-    facts: Vec<Option<Fact>>,
-}
-
-/// The concrete dtype, dims and byte size of output `i`.
-fn concrete(node: &Node, facts: &[Fact], i: usize) -> Result<(DType, Vec<usize>, u64), Error> {
-    let err = |m: String| Error::Op { node: node.desc(), source: OpError::Shape(m) };
-    let f =
-        facts.get(i).ok_or_else(|| err(format!("inference produced no fact for output {i}")))?;
-    let dims =
-        f.dims().ok_or_else(|| err(format!("the shape of output {i} could not be determined")))?;
-    let bytes = f.dtype.byte_size(dims.iter().product()).ok_or_else(|| Error::Op {
-        node: node.desc(),
-        source: OpError::Unsupported(format!("{} tensors on a device", f.dtype)),
-    })?;
-    Ok((f.dtype, dims, bytes as u64))
 }
 
 fn check_input(name: &str, fact: &Fact, t: &TensorArg) -> Result<(), Error> {

@@ -12,6 +12,7 @@ use crate::shape::Shape;
 use crate::tensor::Tensor;
 
 use super::run::DeviceValue;
+use super::schedule::{Recorder, Schedule};
 
 pub(super) struct BufState {
     pub(super) buffer: DeviceBuffer,
@@ -22,6 +23,20 @@ pub(super) struct BufState {
     pub(super) owned: bool,
     /// Bound to a guarded value: never freed before the end of the run.
     pub(super) guarded: bool,
+    /// The run's allocation and free events at which it was allocated and
+    /// freed (`u32::MAX` while live): a recording's lifetimes for the arena plan.
+    pub(super) born: u32,
+    pub(super) freed: u32,
+    /// For a view in an arena: the arena (index in [`Exec::arenas`]) and its byte range.
+    pub(super) arena: Option<(usize, u64, u64)>,
+}
+
+/// An arena a graph run allocated, and the ranges of its views alive now.
+pub(super) struct ArenaRun {
+    pub(super) buffer: DeviceBuffer,
+    pub(super) provider: usize,
+    pub(super) live: Vec<(u64, u64)>,
+    pub(super) freed: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -53,9 +68,24 @@ impl Val {
 
 pub(super) struct Frame {
     pub(super) vals: Vec<Option<Val>>,
-    /// Host copies of values needed for inference (shape arguments, conditions).
-    pub(super) host: HashMap<ValueId, Tensor>,
+    /// Values known on the host from inference and folding: the same in
+    /// every run with the graph's signature.
+    pub(super) known: HashMap<ValueId, Tensor>,
+    /// Host copies of device values read back during this run (shape
+    /// arguments, conditions): data, not decided by the signature.
+    pub(super) read: HashMap<ValueId, Tensor>,
     pub(super) trace: RunTrace,
+    /// The schedule this run follows, until it strays from it.
+    pub(super) schedule: Option<std::sync::Arc<Schedule>>,
+    /// What the run decides, when it records a schedule.
+    pub(super) record: Option<Recorder>,
+    /// Per provider: this run's arena (an index in [`Exec::arenas`]).
+    pub(super) arenas: Vec<Option<usize>>,
+    /// The run left its schedule: an eager step's outputs were not the recorded ones.
+    pub(super) strayed: bool,
+    /// While following: every step allocated as recorded, so the schedule's
+    /// memory figures are this run's.
+    pub(super) exact: bool,
 }
 
 pub(super) struct Exec<'a> {
@@ -72,6 +102,18 @@ pub(super) struct Exec<'a> {
     /// The profiling clock, and the wall time of each top-level step so far.
     pub(super) clock: Option<fn() -> f64>,
     pub(super) step_ms: Vec<f64>,
+    /// Allocations and frees so far (the clock of recorded lifetimes).
+    pub(super) events: u32,
+    /// Device values read back on the host so far (a step that reads one
+    /// depends on data, not only on the signature).
+    pub(super) reads: u32,
+    /// Arenas of the graph runs so far.
+    pub(super) arenas: Vec<ArenaRun>,
+    /// The top-level schedule's arena bytes per provider.
+    pub(super) planned_arenas: Vec<u64>,
+    /// Times kernel launches when set (see [`RunOptions::launch_clock`](super::RunOptions)).
+    pub(super) launch_clock: Option<fn() -> f64>,
+    pub(super) cost: super::run::HostCost,
 }
 
 pub(super) type Outputs = (Vec<Val>, MemoryFigures);
@@ -88,6 +130,22 @@ impl<'a> Exec<'a> {
             ep.synchronize().await.map_err(|e| self.provider_err(p, "synchronizing".into(), e))?;
         }
         Ok(())
+    }
+
+    /// Launches a prepared kernel on provider `p`, timing it when host cost is measured.
+    pub(super) fn launch(
+        &mut self,
+        p: usize,
+        kernel: crate::ep::KernelId,
+        args: &crate::ep::Launch<'_>,
+    ) -> Result<(), crate::ep::EpError> {
+        let Some(now) = self.launch_clock else {
+            return self.providers[p].launch(kernel, args);
+        };
+        let start = now();
+        let r = self.providers[p].launch(kernel, args);
+        self.cost.launch_ms += now() - start;
+        r
     }
 
     /// Appends a point to the measured timeline, when one is kept.
@@ -115,8 +173,64 @@ impl<'a> Exec<'a> {
     }
 
     pub(super) fn adopt(&mut self, buffer: DeviceBuffer, provider: usize, owned: bool) -> usize {
-        self.bufs.push(BufState { buffer, provider, refs: 0, owned, guarded: false });
+        self.bufs.push(BufState {
+            buffer,
+            provider,
+            refs: 0,
+            owned,
+            guarded: false,
+            born: self.events,
+            freed: u32::MAX,
+            arena: None,
+        });
+        self.events += 1;
         self.bufs.len() - 1
+    }
+
+    /// Allocates this run's arena of `bytes` on provider `p`.
+    pub(super) fn alloc_arena(&mut self, p: usize, bytes: u64) -> Result<usize, Error> {
+        let buffer = self.providers[p]
+            .allocate_arena(bytes)
+            .map_err(|e| self.provider_err(p, format!("allocating a {bytes}-byte arena"), e))?;
+        self.arenas.push(ArenaRun { buffer, provider: p, live: Vec::new(), freed: false });
+        Ok(self.arenas.len() - 1)
+    }
+
+    /// Frees an arena whose views are all gone.
+    pub(super) fn free_arena(&mut self, a: usize) -> Result<(), Error> {
+        let arena = &mut self.arenas[a];
+        if arena.freed {
+            return Ok(());
+        }
+        arena.freed = true;
+        let (buffer, p) = (arena.buffer, arena.provider);
+        self.providers[p]
+            .deallocate(buffer)
+            .map_err(|e| self.provider_err(p, "freeing an arena".into(), e))
+    }
+
+    /// A view of `bytes` at `offset` in arena `a`, as a buffer this run owns;
+    /// `None` when a live view overlaps that range (the run left its schedule).
+    pub(super) fn arena_view(
+        &mut self,
+        a: usize,
+        offset: u64,
+        bytes: u64,
+    ) -> Result<Option<usize>, Error> {
+        let end = offset + bytes.max(1);
+        let arena = &self.arenas[a];
+        if arena.live.iter().any(|&(lo, hi)| lo < end && offset < hi) {
+            return Ok(None);
+        }
+        let p = arena.provider;
+        let buffer = self.providers[p]
+            .view(arena.buffer, offset, bytes)
+            .map_err(|e| self.provider_err(p, format!("placing {bytes} bytes in an arena"), e))?;
+        self.arenas[a].live.push((offset, end));
+        self.owned += 1;
+        let key = self.adopt(buffer, p, true);
+        self.bufs[key].arena = Some((a, offset, end));
+        Ok(Some(key))
     }
 
     pub(super) fn alloc(
@@ -140,7 +254,16 @@ impl<'a> Exec<'a> {
             .deallocate(buffer)
             .map_err(|e| self.provider_err(p, "freeing a buffer".into(), e))?;
         self.owned -= 1;
-        self.bufs[key].owned = false;
+        let b = &mut self.bufs[key];
+        b.owned = false;
+        b.freed = self.events;
+        self.events += 1;
+        if let Some((a, lo, hi)) = b.arena {
+            let live = &mut self.arenas[a].live;
+            if let Some(i) = live.iter().position(|&r| r == (lo, hi)) {
+                live.swap_remove(i);
+            }
+        }
         Ok(())
     }
 
@@ -188,6 +311,10 @@ impl<'a> Exec<'a> {
                 // Best effort on the error path: the first error is the one reported.
                 let _ = self.dealloc(key);
             }
+        }
+        // Arenas last: their views are gone now.
+        for a in 0..self.arenas.len() {
+            let _ = self.free_arena(a);
         }
     }
 

@@ -8,9 +8,11 @@
 //! guarded. Guards and in-place reuse read the same [`Plan::guards`], so the
 //! two can never disagree about what must survive.
 
+mod arena;
 mod memory;
 mod order;
 
+pub use arena::{Lifetime, greedy_by_size, peak_live};
 pub use memory::{MemoryFigures, ProviderFigures, RunTrace, TimelinePoint};
 pub use order::topological_order;
 

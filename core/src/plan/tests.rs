@@ -84,8 +84,7 @@ fn plan_of(g: Graph) -> (Arc<Graph>, Plan) {
     let g = Arc::new(g);
     let cpu = crate::tests_support::NullProvider::default();
     let registry = OpRegistry::standard();
-    let opts =
-        CompileOptions { registry: &registry, on_upload: None, allow_fallback: false, fuse: true };
+    let opts = CompileOptions { allow_fallback: false, ..CompileOptions::new(&registry) };
     let mut cg = compile(g, &HashMap::new(), &[&cpu], &opts).unwrap();
     cg.free_weights(&[&cpu]).unwrap();
     (cg.graph.clone(), cg.plan.clone())
@@ -181,8 +180,7 @@ fn plan_of_with_outer(branch: &Graph, outer: &Graph) -> (Arc<Graph>, Plan) {
         .enumerate()
         .map(|(i, v)| (v.name.clone(), (ValueId(i as u32), fact.clone(), Some(0))))
         .collect();
-    let opts =
-        CompileOptions { registry: &registry, on_upload: None, allow_fallback: false, fuse: true };
+    let opts = CompileOptions { allow_fallback: false, ..CompileOptions::new(&registry) };
     let cg = compile(g, &scope, &[&cpu], &opts).unwrap();
     (cg.graph.clone(), cg.plan.clone())
 }

@@ -7,6 +7,10 @@
 //! accounting stays in one place, and a forgotten release shows up in
 //! [`MemoryStats`] instead of being hidden by a destructor.
 
+mod table;
+
+pub use table::{BufferTable, Resolved};
+
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -81,6 +85,11 @@ pub struct MemoryStats {
     pub allocations: u64,
     /// Successful deallocations since creation.
     pub frees: u64,
+    /// Bytes of arenas held now (see [`ExecutionProvider::allocate_arena`]);
+    /// the views placed in them count in `in_use_bytes`.
+    pub arena_bytes: u64,
+    /// Highest `arena_bytes` since creation or the last [`ExecutionProvider::reset_peak`].
+    pub arena_peak_bytes: u64,
 }
 
 /// A tensor argument for a kernel launch: a buffer with the dtype and shape it holds now.
@@ -179,6 +188,39 @@ pub trait ExecutionProvider: MaybeSendSync {
     /// [`EpError::UnknownBuffer`] for a handle this provider does not hold
     /// (never allocated here, or already freed).
     fn deallocate(&self, buffer: DeviceBuffer) -> Result<(), EpError>;
+
+    /// The alignment of arena views on this provider, or `None` when it has
+    /// no arenas (the default): the executor then allocates every buffer.
+    fn arena_alignment(&self) -> Option<u64> {
+        None
+    }
+
+    /// Allocates an arena of `size` bytes: one block in which a run's
+    /// intermediates are placed at offsets planned once per input signature
+    /// (see [`view`](Self::view)). Its bytes count in
+    /// [`MemoryStats::arena_bytes`], not in use; free it with
+    /// [`deallocate`](Self::deallocate) once its views are gone.
+    ///
+    /// # Errors
+    /// [`EpError::OutOfMemory`], or [`EpError::Unsupported`] where the
+    /// provider has no arenas.
+    fn allocate_arena(&self, size: u64) -> Result<DeviceBuffer, EpError> {
+        let _ = size;
+        Err(EpError::Unsupported(format!("{} has no arenas", self.name())))
+    }
+
+    /// A buffer of `size` bytes at `offset` in `arena` (aligned to
+    /// [`arena_alignment`](Self::arena_alignment)). It counts in use until
+    /// [`deallocate`](Self::deallocate)d, like an allocation, but its memory
+    /// is the arena's.
+    ///
+    /// # Errors
+    /// [`EpError::UnknownBuffer`] for an unknown arena, [`EpError::OutOfBounds`]
+    /// for a range past its end.
+    fn view(&self, arena: DeviceBuffer, offset: u64, size: u64) -> Result<DeviceBuffer, EpError> {
+        let _ = (arena, offset, size);
+        Err(EpError::Unsupported(format!("{} has no arenas", self.name())))
+    }
 
     /// Copies host bytes into the start of a buffer.
     ///

@@ -1,6 +1,7 @@
 //! The facade's error type: each variant names what Onyx was doing, and the
 //! source chain carries the node, op, opset and backend from below.
 
+use onyx_core::OpError;
 use onyx_core::ep::EpError;
 
 /// Errors from the Onyx API.
@@ -76,3 +77,36 @@ pub enum Error {
 
 /// Result alias.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// True when an error chain says "not implemented" rather than "went wrong".
+pub fn is_unsupported(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur = Some(e);
+    while let Some(err) = cur {
+        if let Some(op) = err.downcast_ref::<OpError>() {
+            if matches!(
+                op,
+                OpError::UnknownOp { .. }
+                    | OpError::UnsupportedOpset { .. }
+                    | OpError::Unsupported(_)
+            ) {
+                return true;
+            }
+        }
+        if let Some(EpError::Unsupported(_)) = err.downcast_ref::<EpError>() {
+            return true;
+        }
+        cur = err.source();
+    }
+    false
+}
+
+/// The whole chain, `outer: inner: innermost`.
+pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts = vec![e.to_string()];
+    let mut cur = e.source();
+    while let Some(err) = cur {
+        parts.push(err.to_string());
+        cur = err.source();
+    }
+    parts.join(": ")
+}

@@ -17,7 +17,6 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
-pub mod conformance;
 pub mod device;
 mod error;
 pub mod inputs;
@@ -26,7 +25,7 @@ mod session;
 mod workers;
 
 pub use device::Device;
-pub use error::{Error, Result};
+pub use error::{Error, Result, error_chain, is_unsupported};
 pub use onyx_core::dtype::DType;
 pub use onyx_core::tensor::{Tensor, Value};
 pub use session::{

@@ -16,7 +16,7 @@ export ONYX_TESTDATA="${ONYX_TESTDATA:-$root/target/onnx-testdata}"
 web/build.sh
 # The native CLI is the reference for the outputs (debug: fast to build, and
 # `cargo test --workspace` has usually built it already).
-cargo build -p onyx --bin onyx
+cargo build -p onyx-cli --bin onyx
 export ONYX_BIN="${ONYX_BIN:-${CARGO_TARGET_DIR:-$root/target}/debug/onyx}"
 
 (cd web && npm ci --no-audit --no-fund --loglevel=error)

@@ -51,7 +51,7 @@ fn an_if_on_a_constant_condition_builds_and_runs_only_the_live_branch() {
         .commit_from_bytes(if_on_constant(false), None)
         .err()
         .expect("the live branch holds an unknown op");
-    let chain = onyx::conformance::chain(&err);
+    let chain = onyx::error_chain(&err);
     assert!(chain.contains("NoSuchOp"), "{chain}");
 }
 
@@ -167,7 +167,7 @@ fn a_loop_body_that_fails_midway_leaves_nothing_allocated() {
     let before = s.provider().memory_stats();
     let x = Tensor::from_vec(vec![2], vec![0f32, 0.]).unwrap();
     let err = s.run([("x", Value::Tensor(x))]).unwrap_err();
-    let chain = onyx::conformance::chain(&err);
+    let chain = onyx::error_chain(&err);
     assert!(chain.contains("out of bounds") && chain.contains("loop"), "{chain}");
     let after = s.provider().memory_stats();
     assert_eq!(after.in_use_bytes, before.in_use_bytes);

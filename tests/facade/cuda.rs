@@ -356,13 +356,13 @@ fn an_out_of_range_gather_index_fails_the_run_and_the_next_run_is_clean() {
         ])
     };
     let Err(err) = run(vec![0, 7]) else { panic!("index 7 of 3 is an error") };
-    let chain = onyx::conformance::chain(&err);
+    let chain = onyx::error_chain(&err);
     assert!(chain.contains("out of range"), "{chain}");
     let o = run(vec![2, -3]).unwrap();
     assert_eq!(f32_out(&o, "y"), vec![4.0, 5.0, 0.0, 1.0]);
     // A bad index found in a replay of the recorded run fails that run too.
     let Err(err) = run(vec![3, 0]) else { panic!("index 3 of 3 is an error") };
-    assert!(onyx::conformance::chain(&err).contains("out of range"));
+    assert!(onyx::error_chain(&err).contains("out of range"));
     assert_eq!(f32_out(&run(vec![1, 1]).unwrap(), "y"), vec![2.0, 3.0, 2.0, 3.0]);
     assert_eq!(s.recorded_runs(), 1);
     // The recording keeps its own input buffers (data and idx) for its replays.

@@ -193,7 +193,7 @@ fn strict_mode_refuses_to_fall_back_and_names_the_node() {
         .commit_from_bytes(mixed(), None)
         .err()
         .unwrap();
-    let chain = onyx::conformance::chain(&err);
+    let chain = onyx::error_chain(&err);
     assert!(
         chain.contains("node 'tr' (ai.onnx::Transpose, opset 13): no kernel on backend picky"),
         "{chain}"

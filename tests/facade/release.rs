@@ -510,7 +510,7 @@ fn a_failed_run_frees_everything_it_allocated() {
     let s = session(m, true);
     let before = s.provider().memory_stats();
     let err = s.run([("x", Value::Tensor(x()))]).unwrap_err();
-    assert!(onyx::conformance::chain(&err).contains("out of bounds"), "{err}");
+    assert!(onyx::error_chain(&err).contains("out of bounds"), "{err}");
     let after = s.provider().memory_stats();
     assert_eq!(after.in_use_bytes, before.in_use_bytes);
     assert_eq!(after.allocations - before.allocations, after.frees - before.frees);
@@ -574,7 +574,7 @@ fn a_model_that_fails_to_compile_leaves_nothing_allocated() {
         .commit_from_bytes(m, None)
         .err()
         .unwrap();
-    assert!(onyx::conformance::is_unsupported(&err), "{err}");
+    assert!(onyx::is_unsupported(&err), "{err}");
     let st = cpu.memory_stats();
     assert_eq!(st.in_use_bytes, 0);
     assert_eq!(st.allocations, st.frees);

@@ -186,7 +186,7 @@ fn a_tensor_larger_than_a_binding_is_refused_before_dispatch() {
     );
     let s = strict(m, &p);
     let err = s.run([("x", Value::Tensor(Tensor::zeros(DType::F32, vec![n])))]).unwrap_err();
-    let chain = onyx::conformance::chain(&err);
+    let chain = onyx::error_chain(&err);
     assert!(
         chain.contains("node 'big_relu'") && chain.contains("storage binding limit"),
         "{chain}"
@@ -218,7 +218,7 @@ fn unsupported_nodes_fall_back_to_the_cpu_unless_strict() {
         .commit_from_bytes(m.clone(), None)
         .err()
         .unwrap();
-    assert!(onyx::conformance::chain(&err).contains("no kernel on backend wgpu:0"), "{err}");
+    assert!(onyx::error_chain(&err).contains("no kernel on backend wgpu:0"), "{err}");
     let s = onyx::Session::builder().with_provider(p.clone()).commit_from_bytes(m, None).unwrap();
     let counts = s.kernels_per_device();
     assert_eq!(counts[0], ("wgpu:0".into(), 1));

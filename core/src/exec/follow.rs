@@ -109,9 +109,7 @@ impl Exec<'_> {
             };
             let v = o.value;
             let taken = match o.place {
-                Place::Over(src) => {
-                    self.in_place(cg, frame, s, o.bytes).filter(|&(_, x)| x == src)
-                }
+                Place::Over(src) => self.in_place(cg, frame, s, o.bytes).filter(|&(_, x)| x == src),
                 _ => None,
             };
             let key = match taken {

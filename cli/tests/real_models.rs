@@ -11,16 +11,16 @@ fn python() -> String {
 }
 
 fn scripts() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/scripts")
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/..")).join("tests/scripts")
 }
 
 /// The cached model file, fetched first if needed (one fetch at a time).
 fn model_file(name: &str) -> PathBuf {
     static FETCH: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _one_at_a_time = FETCH.lock().unwrap_or_else(|p| p.into_inner());
-    let dir = std::env::var_os("ONYX_MODELS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target/models"));
+    let dir = std::env::var_os("ONYX_MODELS").map(PathBuf::from).unwrap_or_else(|| {
+        Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/..")).join("target/models")
+    });
     let status = Command::new(python())
         .arg(scripts().join("fetch_models.py"))
         .arg(&dir)
@@ -107,7 +107,8 @@ fn on_wgpu(args: &[&'static str]) -> Vec<&'static str> {
 
 #[test]
 fn the_bundled_model_matches_onnxruntime() {
-    let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/tiny_cnn.onnx");
+    let model =
+        Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/..")).join("examples/tiny_cnn.onnx");
     compare_file(&model, &["--dim", "N=2"]);
 }
 

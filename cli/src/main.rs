@@ -1,6 +1,14 @@
-//! The `onyx` command line: run a model, describe it, run the conformance suite.
+//! The `onyx` command line: run a model, describe it, time it, run the
+//! conformance suites. A crate of its own, so that programs using the `onyx`
+//! library get none of its dependencies (clap, indicatif, env_logger,
+//! mimalloc, regex, serde_json, the conformance harness).
 
-mod cli;
+mod args;
+mod bench;
+mod conformance;
+mod info;
+mod io;
+mod run;
 
 use std::process::ExitCode;
 
@@ -17,8 +25,8 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
-    let args = cli::Cli::parse();
-    match cli::dispatch(args) {
+    let args = args::Cli::parse();
+    match args::dispatch(args) {
         Ok(code) => code,
         Err(e) => {
             // The whole chain: what the CLI was doing, then every layer down to the cause.

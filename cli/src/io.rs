@@ -11,7 +11,7 @@ use onyx::core::onnx::pb;
 use onyx::{Session, Tensor, Value};
 use prost::Message;
 
-use super::SessionArgs;
+use crate::args::SessionArgs;
 
 /// Builds a session; shows a progress bar while uploading weights of large models.
 pub fn open(model: &Path, args: &SessionArgs, release: bool) -> Result<Session> {

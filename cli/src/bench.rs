@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use serde_json::json;
 
-use super::BenchArgs;
-use super::io::inputs;
+use crate::args::BenchArgs;
+use crate::io::inputs;
 
 /// Order statistics of a set of timings, in milliseconds.
 #[derive(Debug, serde::Serialize)]
@@ -142,8 +142,8 @@ pub fn bench(a: BenchArgs) -> Result<ExitCode> {
 }
 
 /// Opens a session for timing: the per-step memory readings of the report are off.
-fn open_timed(model: &std::path::Path, args: &super::SessionArgs) -> Result<onyx::Session> {
-    super::io::open_with(model, args, true, |b| b.with_memory_timeline(false))
+fn open_timed(model: &std::path::Path, args: &crate::args::SessionArgs) -> Result<onyx::Session> {
+    crate::io::open_with(model, args, true, |b| b.with_memory_timeline(false))
 }
 
 /// How many of the slowest nodes the text report lists.

@@ -7,8 +7,8 @@ use anyhow::{Context, Result};
 use onyx::core::graph::DEFAULT_DOMAIN;
 use onyx::core::ops::OpRegistry;
 
-use super::InfoArgs;
-use super::io::{bytes, open};
+use crate::args::InfoArgs;
+use crate::io::{bytes, open};
 
 pub fn info(a: InfoArgs) -> Result<ExitCode> {
     let requested: onyx::Device = a.session.device.parse()?;
@@ -144,7 +144,7 @@ pub fn info(a: InfoArgs) -> Result<ExitCode> {
     let dims = if dims.is_empty() { String::new() } else { format!("{}, ", dims.join(" ")) };
     println!("planned memory (one run with generated inputs; symbolic dims {dims}others 1)");
     let planned = (|| -> Result<onyx::MemoryReport> {
-        let values = super::io::inputs(&session, &[], &a.session.dims, 0)?;
+        let values = crate::io::inputs(&session, &[], &a.session.dims, 0)?;
         Ok(session.run(values).context("planning run")?.memory)
     })();
     match planned {

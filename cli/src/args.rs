@@ -1,10 +1,4 @@
-//! Command-line parsing (clap) and the subcommands.
-
-mod bench;
-mod conformance;
-mod info;
-mod io;
-mod run;
+//! Command-line parsing (clap) and the dispatch to the subcommands.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -33,125 +27,125 @@ enum Command {
 
 /// Options shared by commands that build a session.
 #[derive(Args, Debug, Clone)]
-pub struct SessionArgs {
+pub(crate) struct SessionArgs {
     /// Device: cpu, wgpu, wgpu:N, cuda or cuda:N.
     #[arg(long, default_value = "cpu")]
-    device: String,
+    pub(crate) device: String,
     /// Make any device or per-node fallback an error.
     #[arg(long)]
-    strict: bool,
+    pub(crate) strict: bool,
     /// Size of a symbolic dimension, e.g. --dim batch=2 (others default to 1).
     #[arg(long = "dim", value_name = "NAME=VALUE", value_parser = parse_dim)]
-    dims: Vec<(String, usize)>,
+    pub(crate) dims: Vec<(String, usize)>,
     /// CPU worker threads (default: all cores). 1 runs on the calling thread only.
     #[arg(long)]
-    threads: Option<usize>,
+    pub(crate) threads: Option<usize>,
     /// Let f32 matrix products on CUDA use TF32 tensor cores.
     #[arg(long)]
-    allow_tf32: bool,
+    pub(crate) allow_tf32: bool,
     /// Run the graph as written: no folded BatchNormalization, fused Conv activation,
     /// attention, Gelu or skip normalization.
     #[arg(long)]
-    no_fusion: bool,
+    pub(crate) no_fusion: bool,
     /// On CUDA, run every node from the host each time instead of recording
     /// the second run with given input shapes as a CUDA graph and replaying it.
     #[arg(long)]
-    no_cuda_graph: bool,
+    pub(crate) no_cuda_graph: bool,
 }
 
 #[derive(Args, Debug)]
-struct RunArgs {
+pub(crate) struct RunArgs {
     /// The .onnx file.
-    model: PathBuf,
+    pub(crate) model: PathBuf,
     #[command(flatten)]
-    session: SessionArgs,
+    pub(crate) session: SessionArgs,
     /// An input from a file: NAME=FILE.npy or NAME=FILE.pb (others are generated).
     #[arg(long = "input", value_name = "NAME=FILE", value_parser = parse_input)]
-    inputs: Vec<(String, PathBuf)>,
+    pub(crate) inputs: Vec<(String, PathBuf)>,
     /// Keep every intermediate until the end of the run (for comparison).
     #[arg(long)]
-    no_release: bool,
+    pub(crate) no_release: bool,
     /// Write each output as OUTPUT_NAME.npy into this folder.
     #[arg(long)]
-    output_dir: Option<PathBuf>,
+    pub(crate) output_dir: Option<PathBuf>,
     /// Print one JSON object instead of text.
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
     /// Seed for generated inputs.
     #[arg(long, default_value_t = 0)]
-    seed: u64,
+    pub(crate) seed: u64,
     /// Run this many times on the same inputs and report the last run: the
     /// first run with given input shapes records their schedule, later ones
     /// follow it (and hold its arena).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
-    repeat: u32,
+    pub(crate) repeat: u32,
 }
 
 #[derive(Args, Debug)]
-struct BenchArgs {
+pub(crate) struct BenchArgs {
     /// The .onnx file.
-    model: PathBuf,
+    pub(crate) model: PathBuf,
     #[command(flatten)]
-    session: SessionArgs,
+    pub(crate) session: SessionArgs,
     /// An input from a file: NAME=FILE.npy or NAME=FILE.pb (others are generated).
     #[arg(long = "input", value_name = "NAME=FILE", value_parser = parse_input)]
-    inputs: Vec<(String, PathBuf)>,
+    pub(crate) inputs: Vec<(String, PathBuf)>,
     /// Untimed runs after the first one.
     #[arg(long, default_value_t = 3)]
-    warmup: usize,
+    pub(crate) warmup: usize,
     /// Timed runs.
     #[arg(long, default_value_t = 20)]
-    runs: usize,
+    pub(crate) runs: usize,
     /// After the timed runs, profiled runs (devices synchronized after
     /// every node): each node's median time over them, by op type, and the
     /// slowest nodes.
     #[arg(long)]
-    profile: bool,
+    pub(crate) profile: bool,
     /// How many profiled runs `--profile` takes the median of.
     #[arg(long, default_value_t = 20)]
-    profile_runs: usize,
+    pub(crate) profile_runs: usize,
     /// Print one JSON object instead of text.
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
     /// Seed for generated inputs.
     #[arg(long, default_value_t = 0)]
-    seed: u64,
+    pub(crate) seed: u64,
 }
 
 #[derive(Args, Debug)]
-struct InfoArgs {
+pub(crate) struct InfoArgs {
     /// The .onnx file; without one, describes the --device (name, compute capability, memory).
-    model: Option<PathBuf>,
+    pub(crate) model: Option<PathBuf>,
     #[command(flatten)]
-    session: SessionArgs,
+    pub(crate) session: SessionArgs,
     /// Skip the run that measures the planned memory figures.
     #[arg(long)]
-    no_plan: bool,
+    pub(crate) no_plan: bool,
 }
 
 #[derive(Args, Debug)]
-struct ConformanceArgs {
+pub(crate) struct ConformanceArgs {
     /// Backend (device string) to test.
     #[arg(long, default_value = "cpu")]
-    backend: String,
+    pub(crate) backend: String,
     /// Only cases whose name matches this regex.
     #[arg(long)]
-    filter: Option<String>,
+    pub(crate) filter: Option<String>,
     /// Write <backend>.json and <backend>.md here.
     #[arg(long)]
-    report: Option<PathBuf>,
+    pub(crate) report: Option<PathBuf>,
     /// The suite folder (default: the --suite folder under $ONYX_TESTDATA or target/onnx-testdata; generated if missing).
     #[arg(long)]
-    data: Option<PathBuf>,
+    pub(crate) data: Option<PathBuf>,
     /// Which generated suite: `node` (the ONNX node suite) or `ort` (onnxruntime-generated cases for contrib ops).
     #[arg(long, default_value = "node")]
-    suite: String,
+    pub(crate) suite: String,
     /// Compare with this manifest of expected passes; regressions make the exit code 1.
     #[arg(long)]
-    manifest: Option<PathBuf>,
+    pub(crate) manifest: Option<PathBuf>,
     /// Fail instead of falling back to the CPU (for GPU backends).
     #[arg(long)]
-    no_fallback: bool,
+    pub(crate) no_fallback: bool,
 }
 
 fn parse_dim(s: &str) -> Result<(String, usize), String> {
@@ -170,9 +164,9 @@ fn parse_input(s: &str) -> Result<(String, PathBuf), String> {
 /// The subcommand's error, with context for every layer.
 pub fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
-        Command::Run(a) => run::run(a),
-        Command::Info(a) => info::info(a),
-        Command::Conformance(a) => conformance::conformance(a),
-        Command::Bench(a) => bench::bench(a),
+        Command::Run(a) => crate::run::run(a),
+        Command::Info(a) => crate::info::info(a),
+        Command::Conformance(a) => crate::conformance::conformance(a),
+        Command::Bench(a) => crate::bench::bench(a),
     }
 }

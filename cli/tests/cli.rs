@@ -1,5 +1,6 @@
 //! The `onyx` binary: error chains, malformed models, outputs and reports.
 
+#[path = "../../tests/facade/common/mod.rs"]
 mod common;
 
 use std::path::{Path, PathBuf};
@@ -249,7 +250,8 @@ fn an_unsupported_op_is_named_in_the_error() {
 
 #[test]
 fn bench_reports_session_first_run_and_warm_latency() {
-    let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/tiny_cnn.onnx");
+    let model =
+        Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/..")).join("examples/tiny_cnn.onnx");
     let o = onyx(&["bench", model.to_str().unwrap(), "--runs", "5", "--warmup", "1", "--json"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
@@ -265,7 +267,8 @@ fn bench_reports_session_first_run_and_warm_latency() {
 
 #[test]
 fn bench_profile_reports_each_nodes_median_over_the_profiled_runs() {
-    let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/tiny_cnn.onnx");
+    let model =
+        Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/..")).join("examples/tiny_cnn.onnx");
     let path = model.to_str().unwrap();
     let args = ["bench", path, "--runs", "2", "--profile", "--profile-runs", "5", "--json"];
     let o = onyx(&args);

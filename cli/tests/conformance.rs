@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use onyx::conformance::SessionRuntime;
+use onyx_cli::SessionRuntime;
 use onyx_conformance::{
     check_manifest, discover, ensure_node_suite, ensure_ort_suite, read_manifest, run_suite,
 };
@@ -20,9 +20,12 @@ fn check(suite: Ensure, device: &str, manifest: &str) {
     let report =
         run_suite(&SessionRuntime::new(device, true).unwrap_or_else(|e| panic!("{e}")), &cases);
     let name = manifest.trim_end_matches(".txt");
-    let out = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/conformance").join(name);
+    let out =
+        Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/..")).join("target/conformance").join(name);
     report.write(&out).unwrap();
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/manifests").join(manifest);
+    let manifest = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+        .join("tests/manifests")
+        .join(manifest);
     let check = check_manifest(&report, &read_manifest(&manifest).unwrap());
     let c = report.counts();
     println!(
@@ -67,7 +70,7 @@ fn the_cpu_backend_passes_every_onnxruntime_case_in_its_manifest() {
 fn the_cpu_kernels_pass_their_manifests_on_poisoned_memory() {
     let suites: [(&str, Ensure, &str); 2] =
         [("node", ensure_node_suite, "node-cpu.txt"), ("ort", ensure_ort_suite, "ort-cpu.txt")];
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let root = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
     for (suite, ensure, manifest) in suites {
         ensure().unwrap_or_else(|e| panic!("{e}"));
         let out = Command::new(env!("CARGO_BIN_EXE_onyx"))

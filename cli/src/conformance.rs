@@ -3,13 +3,13 @@
 use std::process::ExitCode;
 
 use anyhow::{Context, Result, anyhow};
-use onyx::conformance::SessionRuntime;
+use onyx_cli::SessionRuntime;
 use onyx_conformance::{
     check_manifest, discover, ensure_node_suite, ensure_ort_suite, read_manifest, run_suite,
 };
 use regex::Regex;
 
-use super::ConformanceArgs;
+use crate::args::ConformanceArgs;
 
 pub fn conformance(a: ConformanceArgs) -> Result<ExitCode> {
     let dir = match (a.data, a.suite.as_str()) {

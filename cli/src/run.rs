@@ -6,8 +6,8 @@ use anyhow::{Context, Result};
 use onyx::Value;
 use serde_json::json;
 
-use super::RunArgs;
-use super::io::{bytes, inputs, open, output_file_name, stats};
+use crate::args::RunArgs;
+use crate::io::{bytes, inputs, open, output_file_name, stats};
 
 pub fn run(a: RunArgs) -> Result<ExitCode> {
     let session = open(&a.model, &a.session, !a.no_release)?;

@@ -18,8 +18,8 @@ use cudarc::driver::CudaSlice;
 use cudarc::driver::sys::{CUgraphMem_attribute, CUmemPool_attribute};
 use cudarc::driver::{result as drv, sys as drv_sys};
 use onyx_core::ep::{
-    BoxFuture, CaptureId, DeviceBuffer, DeviceId, DeviceKind, EpError, ExecutionProvider, KernelId,
-    KernelSpec, Launch, MemoryStats,
+    BoxFuture, CaptureId, DeviceBuffer, DeviceId, DeviceKind, EpError, ExecutionProvider, Fusions,
+    KernelId, KernelSpec, Launch, MemoryStats,
 };
 
 use crate::device::{self, DeviceInfo};
@@ -471,11 +471,18 @@ impl ExecutionProvider for CudaProvider {
     /// normalizes in one pass, BiasGelu adds the bias in Gelu's pass and a
     /// Gemm adds its bias in cuBLASLt's epilogue: all beat their chains here
     /// (as the folded Conv and Gelu do everywhere).
-    fn prefers_fused(&self, _domain: &str, op_type: &str) -> bool {
-        matches!(
-            op_type,
-            "Gelu" | "Conv" | "Attention" | "SkipLayerNormalization" | "BiasGelu" | "Gemm"
-        )
+    fn fusions(&self) -> Fusions {
+        // The CPU and wgpu keep attention and the skip norms as chains: their
+        // kernels for the fused ops are references, slower than the chains'.
+        Fusions {
+            conv_batch_norm: true,
+            gelu: true,
+            bias_gelu: true,
+            attention: true,
+            skip_layer_norm: true,
+            biased_gemm: true,
+            conv_activation: false,
+        }
     }
 
     fn prepare(&self, spec: &KernelSpec<'_>) -> Result<KernelId, EpError> {

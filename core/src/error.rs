@@ -1,10 +1,10 @@
-//! Error types of the core crate. Each layer wraps the one below with its own
-//! context (node, op, opset, backend), so `{:#}` prints the whole chain.
+//! The errors of core's lowest layers: tensors, loading, ops. Each layer
+//! above wraps them with its own context (node, op, opset, backend: see
+//! [`crate::Error`]), so `{:#}` prints the whole chain.
 
 use std::fmt;
 
 use crate::dtype::DType;
-use crate::ep::EpError;
 
 /// A host tensor could not be built or read as asked.
 #[derive(Debug, thiserror::Error)]
@@ -281,78 +281,3 @@ impl From<TensorError> for OpError {
         OpError::Invalid(e.to_string())
     }
 }
-
-/// An error while building a session or running a graph.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// Loading the model failed.
-    #[error("loading the model failed")]
-    Load(#[from] LoadError),
-    /// Building or inferring a node failed.
-    #[error("{node}")]
-    Op {
-        /// The node.
-        node: Box<NodeDesc>,
-        /// The op-level failure.
-        #[source]
-        source: OpError,
-    },
-    /// A node has no kernel on any available backend.
-    #[error("{node}: no kernel on backend {backend}")]
-    NoKernel {
-        /// The node.
-        node: Box<NodeDesc>,
-        /// The backend asked.
-        backend: String,
-        /// Why the backend declined.
-        #[source]
-        source: EpError,
-    },
-    /// A kernel failed while running.
-    #[error("{node} failed on backend {backend}")]
-    Kernel {
-        /// The node.
-        node: Box<NodeDesc>,
-        /// The backend that ran it.
-        backend: String,
-        /// The backend's error.
-        #[source]
-        source: EpError,
-    },
-    /// A subgraph (If branch, Loop body) failed.
-    #[error("{node}: subgraph '{branch}' failed")]
-    Subgraph {
-        /// The node owning the subgraph.
-        node: Box<NodeDesc>,
-        /// The attribute name (`then_branch`, `body`, …).
-        branch: String,
-        /// The failure inside.
-        #[source]
-        source: Box<Error>,
-    },
-    /// A provider operation outside any node failed (uploads, downloads, frees).
-    #[error("backend {backend}: {action}")]
-    Provider {
-        /// The backend.
-        backend: String,
-        /// What was being done.
-        action: String,
-        /// The backend's error.
-        #[source]
-        source: EpError,
-    },
-    /// A graph input is missing, unknown or of the wrong type or shape.
-    #[error("input '{name}': {reason}")]
-    Input {
-        /// Input name.
-        name: String,
-        /// What is wrong.
-        reason: String,
-    },
-    /// Invariant violated inside the executor; reported instead of panicking.
-    #[error("internal error: {0}")]
-    Internal(String),
-}
-
-/// Result alias for the core crate.
-pub type Result<T, E = Error> = std::result::Result<T, E>;

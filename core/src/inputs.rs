@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 use crate::dtype::DType;
-use crate::error::Error;
+use crate::exec::Error;
 use crate::graph::ValueInfo;
 use crate::shape::Dim;
 use crate::tensor::{Tensor, Value};

@@ -30,10 +30,12 @@ pub mod graph;
 pub mod inputs;
 pub mod onnx;
 pub mod ops;
+pub mod passes;
 pub mod plan;
 pub mod shape;
 pub mod tensor;
 #[cfg(test)]
 mod tests_support;
 
-pub use error::{Error, LoadError, OpError};
+pub use error::{LoadError, OpError};
+pub use exec::{Error, Result};

@@ -540,7 +540,8 @@ fn dropping_a_session_frees_its_weights() {
 
 #[test]
 fn a_model_that_fails_to_compile_leaves_nothing_allocated() {
-    // The If's branch uploads a weight before a later node turns out unsupported.
+    // The If's branch uploads a weight before a later node turns out to have
+    // no kernel (inference accepts a Dropout of int4; the CPU kernel does not).
     let branch = graph(
         vec![node("Add", "add", &["x", "bw"], &["r"], vec![])],
         vec![],
@@ -560,10 +561,14 @@ fn a_model_that_fails_to_compile_leaves_nothing_allocated() {
                         ("else_branch", A::G(Box::new(branch))),
                     ],
                 ),
-                node("Frobnicate", "f", &["y"], &["z"], vec![]),
+                node("Dropout", "f", &["q"], &["z"], vec![]),
             ],
-            vec![value("x", DType::F32, &[4]), value("c", DType::Bool, &[])],
-            vec![value("z", DType::F32, &[4])],
+            vec![
+                value("x", DType::F32, &[4]),
+                value("c", DType::Bool, &[]),
+                value("q", DType::I4, &[4]),
+            ],
+            vec![value("y", DType::F32, &[4]), value("z", DType::I4, &[4])],
             vec![("w", f32s(&[4], |i| i as f32))],
         ),
         13,

@@ -22,7 +22,8 @@
 
 use std::collections::HashMap;
 
-use super::{DeviceBuffer, DeviceId, EpError, MemoryStats};
+use super::error::EpError;
+use super::types::{DeviceBuffer, DeviceId, MemoryStats};
 
 /// What an id resolves to: the memory object, and where in it the buffer starts.
 #[derive(Debug)]

@@ -3,14 +3,15 @@
 //! host value is uploaded to its planned provider only when something reads
 //! it as device data (see [`crate::ops::fold`]).
 
-use crate::error::Error;
+use super::Error;
 use crate::graph::{Node, ValueId};
 use crate::ops::fold::{self, Folding};
 use crate::ops::{Fact, InferInputs};
 use crate::tensor::Tensor;
 
 use super::program::{CompiledGraph, Step};
-use super::state::{Exec, Frame, Val};
+use super::state::{Exec, Frame};
+use super::value::Val;
 
 impl Exec<'_> {
     /// The value of `v` if it lives on the host: a constant, or a host value.

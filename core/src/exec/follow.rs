@@ -1,12 +1,13 @@
 //! Following a schedule: each step does what the recording decided, with no
 //! inference, folding or in-place search (see `schedule`).
 
+use super::Error;
 use super::program::{Action, CompiledGraph, Step};
 use super::schedule::{Decision, Expect, Expected, LaunchPlan, Place, same_tensor};
-use super::state::{Exec, Frame, Slot, Val};
+use super::state::{Exec, Frame};
 use super::step::Taken;
+use super::value::{Slot, Val};
 use crate::ep::Launch;
-use crate::error::Error;
 use crate::graph::Node;
 
 impl Exec<'_> {

@@ -3,10 +3,11 @@
 //! on success and on failure. Asynchronous, so the browser awaits it and
 //! native callers block on it.
 
+use super::Error;
 use super::program::CompiledGraph;
-use super::run::{DeviceValue, RunOptions, run};
+use super::run::{RunOptions, run};
+use super::value::DeviceValue;
 use crate::ep::{DeviceBuffer, ExecutionProvider, TensorArg};
-use crate::error::Error;
 use crate::plan::MemoryFigures;
 use crate::tensor::{Tensor, Value};
 

@@ -8,8 +8,9 @@
 //! binding given to the body gets one more, which the body drops when it
 //! finishes; the body's outputs come back holding one reference each.
 
+use super::Error;
 use crate::dtype::DType;
-use crate::error::{Error, OpError};
+use crate::error::OpError;
 use crate::graph::{Node, ValueId};
 use crate::ops::looping::{Loop, Scan, SequenceMap, norm_axis};
 use crate::ops::{Fact, downcast};
@@ -18,7 +19,8 @@ use crate::tensor::Tensor;
 
 use super::program::{CompiledGraph, Step};
 use super::slices::{stack, take};
-use super::state::{Exec, Frame, Slot, Val};
+use super::state::{Exec, Frame};
+use super::value::{Slot, Val};
 
 /// Iterations allowed to a `Loop` with no trip count: a condition that never
 /// turns false fails the run instead of hanging it.

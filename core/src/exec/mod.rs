@@ -1,12 +1,14 @@
 //! Compilation of graphs for a provider, and the executor that runs them.
 
 mod compile;
+mod error;
 mod fold;
 mod follow;
 mod host;
 mod looping;
 mod on_host;
 mod program;
+mod record;
 mod replay;
 mod run;
 mod schedule;
@@ -14,14 +16,17 @@ mod sequence;
 mod slices;
 mod state;
 mod step;
-mod widen;
+mod value;
 
 pub use compile::{CompileOptions, ONYX_DOMAIN, Scope, compile, declared_fact};
+pub use error::{Error, Result};
 pub use host::{HostRun, StepPoint, run_on_host};
 pub use program::{Action, CompiledGraph, Step};
 pub use replay::{Replays, run_on_host_replayed};
-pub use run::{DeviceValue, HostCost, RunOptions, RunResult, run};
+pub use run::{RunOptions, RunResult, run};
 pub use schedule::{DEFAULT_SCHEDULES, Schedule, Schedules};
+pub use state::HostCost;
+pub use value::DeviceValue;
 
 use crate::ops::control::If;
 use crate::ops::looping::{Loop, Scan, SequenceMap};

@@ -2,12 +2,14 @@
 //! compute on the host ([`Op::eval_host`](crate::ops::Op::eval_host): string
 //! tensors, host-only ops).
 
-use crate::error::{Error, OpError};
+use super::Error;
+use crate::error::OpError;
 use crate::graph::Node;
 use crate::tensor::Tensor;
 
 use super::program::{CompiledGraph, Step};
-use super::state::{Exec, Frame, Slot, Val};
+use super::state::{Exec, Frame};
+use super::value::{Slot, Val};
 
 impl Exec<'_> {
     /// Reads a device tensor back to the host.

@@ -18,12 +18,13 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use super::Error;
 use super::host::{HostRun, read_back, run_on_host};
 use super::program::CompiledGraph;
-use super::run::{DeviceValue, RunOptions, run};
+use super::run::{RunOptions, run};
+use super::value::DeviceValue;
 use crate::dtype::DType;
 use crate::ep::{CaptureId, DeviceBuffer, ExecutionProvider, TensorArg};
-use crate::error::Error;
 use crate::plan::MemoryFigures;
 use crate::tensor::{Tensor, Value};
 

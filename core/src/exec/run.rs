@@ -6,15 +6,15 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 
+use super::Error;
 use super::program::CompiledGraph;
-use super::schedule::{AllocLife, Decision, Recorder, Schedule, Signature, Use};
-use super::state::{Exec, Frame, Outputs, Slot, Val};
-use crate::dtype::DType;
+use super::schedule::{Decision, Recorder, Signature, Use};
+use super::state::{Exec, Frame, HostCost, Outputs};
+use super::value::{DeviceValue, Slot, Val};
 use crate::ep::{ExecutionProvider, TensorArg};
-use crate::error::Error;
 use crate::graph::ValueId;
 use crate::ops::Fact;
-use crate::plan::{Guard, Lifetime, MemoryFigures, RunTrace};
+use crate::plan::{Guard, MemoryFigures, RunTrace};
 use crate::tensor::Tensor;
 
 /// Per-run settings.
@@ -46,42 +46,6 @@ impl Default for RunOptions {
             launch_clock: None,
         }
     }
-}
-
-/// Where a run's time went, with [`RunOptions::launch_clock`].
-#[derive(Copy, Clone, Debug, Default, PartialEq)]
-pub struct HostCost {
-    /// The executor's wall time, inputs bound to outputs taken.
-    pub run_ms: f64,
-    /// Time inside kernel launches.
-    pub launch_ms: f64,
-    /// Steps run, subgraphs' included.
-    pub steps: u64,
-}
-
-impl HostCost {
-    /// The executor's own time per step, kernels excluded, in microseconds.
-    pub fn host_us_per_step(&self) -> f64 {
-        (self.run_ms - self.launch_ms) * 1e3 / self.steps.max(1) as f64
-    }
-}
-
-/// A value on the device: a tensor or a sequence of tensors.
-#[derive(Clone, Debug, PartialEq)]
-pub enum DeviceValue {
-    /// A tensor.
-    Tensor(TensorArg),
-    /// A sequence of tensors of one dtype.
-    Sequence(DType, Vec<TensorArg>),
-    /// An optional holding nothing (see [`Value::Empty`](crate::tensor::Value::Empty)).
-    Empty {
-        /// The element dtype.
-        dtype: DType,
-        /// Whether the element would be a sequence.
-        sequence: bool,
-    },
-    /// A tensor no device can hold (strings), kept on the host.
-    Host(Tensor),
 }
 
 /// What a run returns. Output buffers now belong to the caller.
@@ -281,9 +245,7 @@ impl<'a> Exec<'a> {
             let Some(sig) = sig else { return ran };
             match (&ran, frame.record.take()) {
                 (Ok((_, figures)), Some(rec)) => {
-                    let lives = self.lifetimes(&rec);
-                    let schedule =
-                        Schedule::new(cg, rec.decisions, &lives, self.providers, figures.clone());
+                    let schedule = self.schedule(cg, rec, figures.clone());
                     if top_level {
                         self.planned_arenas = schedule.arenas.clone();
                     }
@@ -388,23 +350,6 @@ impl<'a> Exec<'a> {
             _ => cg.figures(std::mem::take(&mut frame.trace)),
         };
         Ok((outs, figures))
-    }
-
-    /// The lifetimes of the buffers a recording's launches allocated and the
-    /// run freed: what the arena planner places.
-    fn lifetimes(&self, rec: &Recorder) -> Vec<AllocLife> {
-        rec.allocs
-            .iter()
-            .filter_map(|&(step, output, key)| {
-                let b = &self.bufs[key];
-                (b.freed != u32::MAX).then_some(AllocLife {
-                    step,
-                    output,
-                    provider: b.provider,
-                    life: Lifetime { size: b.buffer.size, start: b.born, end: b.freed },
-                })
-            })
-            .collect()
     }
 
     /// Takes the outputs, drops everything else, and copies any output whose

@@ -39,8 +39,7 @@ use crate::graph::ValueId;
 use crate::plan::{Lifetime, MemoryFigures, greedy_by_size};
 use crate::tensor::Tensor;
 
-use super::program::CompiledGraph;
-use super::state::Val;
+use super::value::Val;
 
 /// Schedules a graph keeps by default (least recently used first out).
 pub const DEFAULT_SCHEDULES: usize = 8;
@@ -218,13 +217,11 @@ impl Schedule {
     /// A schedule from a recording: `lives` are the launches' allocations that
     /// were freed within the run, which go to arenas where providers have them.
     pub(super) fn new(
-        cg: &CompiledGraph,
         mut decisions: Vec<Decision>,
         lives: &[AllocLife],
         providers: &[&dyn ExecutionProvider],
         figures: MemoryFigures,
     ) -> Schedule {
-        skip_unread_folds(cg, &mut decisions);
         let mut arenas = vec![0u64; providers.len()];
         for (p, ep) in providers.iter().enumerate() {
             let Some(align) = ep.arena_alignment() else { continue };
@@ -249,43 +246,6 @@ impl Schedule {
     /// Bytes of arena per provider that a run of this schedule holds.
     pub fn arena_bytes(&self) -> &[u64] {
         &self.arenas
-    }
-}
-
-/// Turns into [`Decision::Skip`] every fold whose outputs nothing reads at
-/// run time: no launch or view reads them as device data, no eager step
-/// reads them at all, and they are not graph outputs. Exporters' shape
-/// arithmetic (`Shape → Gather → Unsqueeze → Concat`) is mostly such folds:
-/// the launches and views it shaped keep its results in their decisions.
-fn skip_unread_folds(cg: &CompiledGraph, decisions: &mut [Decision]) {
-    let mut read = vec![false; cg.graph.values.len()];
-    for &o in &cg.graph.outputs {
-        read[o.index()] = true;
-    }
-    for (step, d) in cg.steps.iter().zip(decisions.iter()) {
-        let node = &cg.graph.nodes[step.node.index()];
-        match d {
-            Decision::Folded(_) | Decision::Skip => {}
-            Decision::Launch(_) | Decision::View { .. } => {
-                for (i, input) in node.inputs.iter().enumerate() {
-                    if let (Some(v), false) = (input, step.value_inputs.contains(&i)) {
-                        read[v.index()] = true;
-                    }
-                }
-            }
-            Decision::Eager(_) => {
-                for v in node.all_inputs() {
-                    read[v.index()] = true;
-                }
-            }
-        }
-    }
-    for d in decisions.iter_mut() {
-        if let Decision::Folded(outs) = d {
-            if outs.iter().all(|(v, _)| !read[v.index()]) {
-                *d = Decision::Skip;
-            }
-        }
     }
 }
 

@@ -1,14 +1,16 @@
 //! Sequence ops in the executor: they move tensor handles, never element data.
 
+use super::Error;
 use crate::dtype::DType;
-use crate::error::{Error, OpError};
+use crate::error::OpError;
 use crate::graph::Node;
 use crate::ops::looping::norm_axis;
 use crate::ops::sequence::SequenceKind;
 
 use super::program::CompiledGraph;
 use super::slices::narrow;
-use super::state::{Exec, Frame, Slot, Val};
+use super::state::{Exec, Frame};
+use super::value::{Slot, Val};
 
 impl Exec<'_> {
     pub(super) async fn sequence(

@@ -1,8 +1,8 @@
 //! Host-side slicing and stacking of dense tensors, for scan inputs and
 //! outputs and for splitting a tensor into a sequence.
 
+use super::Error;
 use crate::dtype::DType;
-use crate::error::Error;
 use crate::tensor::Tensor;
 
 /// Bytes per element, for host slicing (sub-byte and string types are refused).

@@ -3,16 +3,14 @@
 
 use std::collections::HashMap;
 
-use crate::dtype::DType;
+use super::Error;
 use crate::ep::{DeviceBuffer, DeviceId, ExecutionProvider, TensorArg};
-use crate::error::Error;
 use crate::graph::ValueId;
 use crate::plan::{MemoryFigures, RunTrace};
-use crate::shape::Shape;
 use crate::tensor::Tensor;
 
-use super::run::DeviceValue;
 use super::schedule::{Recorder, Schedule};
+use super::value::{DeviceValue, Slot, Val};
 
 pub(super) struct BufState {
     pub(super) buffer: DeviceBuffer,
@@ -39,30 +37,21 @@ pub(super) struct ArenaRun {
     pub(super) freed: bool,
 }
 
-#[derive(Clone, Debug)]
-pub(super) struct Slot {
-    pub(super) key: usize,
-    pub(super) dtype: DType,
-    pub(super) shape: Vec<usize>,
+/// Where a run's time went, with [`RunOptions::launch_clock`](super::RunOptions::launch_clock).
+#[derive(Copy, Clone, Debug, Default, PartialEq)]
+pub struct HostCost {
+    /// The executor's wall time, inputs bound to outputs taken.
+    pub run_ms: f64,
+    /// Time inside kernel launches.
+    pub launch_ms: f64,
+    /// Steps run, subgraphs' included.
+    pub steps: u64,
 }
 
-#[derive(Clone, Debug)]
-pub(super) enum Val {
-    Tensor(Slot),
-    Seq(DType, Vec<Slot>),
-    /// An optional holding nothing: element dtype, and whether it would be a sequence.
-    Empty(DType, bool),
-    /// A tensor only the host holds (strings).
-    Host(Tensor),
-}
-
-impl Val {
-    pub(super) fn slots(&self) -> &[Slot] {
-        match self {
-            Val::Tensor(s) => std::slice::from_ref(s),
-            Val::Seq(_, s) => s,
-            Val::Empty(..) | Val::Host(_) => &[],
-        }
+impl HostCost {
+    /// The executor's own time per step, kernels excluded, in microseconds.
+    pub fn host_us_per_step(&self) -> f64 {
+        (self.run_ms - self.launch_ms) * 1e3 / self.steps.max(1) as f64
     }
 }
 
@@ -113,7 +102,7 @@ pub(super) struct Exec<'a> {
     pub(super) planned_arenas: Vec<u64>,
     /// Times kernel launches when set (see [`RunOptions::launch_clock`](super::RunOptions)).
     pub(super) launch_clock: Option<fn() -> f64>,
-    pub(super) cost: super::run::HostCost,
+    pub(super) cost: HostCost,
 }
 
 pub(super) type Outputs = (Vec<Val>, MemoryFigures);
@@ -334,10 +323,4 @@ impl<'a> Exec<'a> {
             Val::Host(t) => DeviceValue::Host(t.clone()),
         }
     }
-}
-
-/// The shape shared by every element of a sequence, if there is one.
-pub(super) fn common_shape(items: &[Slot]) -> Option<Shape> {
-    let first = items.first()?;
-    items.iter().all(|s| s.shape == first.shape).then(|| Shape::known(&first.shape))
 }

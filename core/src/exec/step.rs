@@ -3,12 +3,14 @@
 //! launch; views, subgraphs, sequences and copies. A run that records a
 //! schedule keeps what each step decided (see `schedule`).
 
+use super::Error;
 use super::program::{Action, CompiledGraph, Step};
 use super::schedule::{LaunchPlan, OutPlan, Place};
-use super::state::{Exec, Frame, Slot, Val, common_shape};
+use super::state::{Exec, Frame};
+use super::value::{Slot, Val, common_shape};
 use crate::dtype::DType;
 use crate::ep::{Launch, TensorArg};
-use crate::error::{Error, OpError};
+use crate::error::OpError;
 use crate::graph::{Node, ValueId};
 use crate::ops::{Fact, InferInputs};
 use crate::tensor::Tensor;

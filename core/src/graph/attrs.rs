@@ -1,28 +1,10 @@
-//! Node attributes and typed accessors that carry the spec's defaults.
+//! Typed accessors of node attributes, which carry the spec's defaults.
 
 use std::sync::Arc;
 
-use super::{Graph, TypeInfo};
+use super::ir::{Attribute, Attributes, Graph};
 use crate::error::OpError;
 use crate::tensor::Tensor;
-
-/// One attribute value.
-#[derive(Clone, Debug)]
-#[allow(missing_docs)] // the variants mirror AttributeProto's types one to one.
-pub enum Attribute {
-    Float(f32),
-    Int(i64),
-    String(String),
-    Tensor(Tensor),
-    Graph(Arc<Graph>),
-    Type(TypeInfo),
-    Floats(Vec<f32>),
-    Ints(Vec<i64>),
-    Strings(Vec<String>),
-    Tensors(Vec<Tensor>),
-    Graphs(Vec<Arc<Graph>>),
-    Types(Vec<TypeInfo>),
-}
 
 impl Attribute {
     /// The subgraphs held by this attribute (none for non-graph attributes).
@@ -51,10 +33,6 @@ impl Attribute {
         }
     }
 }
-
-/// A node's attributes by name.
-#[derive(Clone, Debug, Default)]
-pub struct Attributes(pub Vec<(String, Attribute)>);
 
 fn wrong(name: &str, want: &str, got: &Attribute) -> OpError {
     OpError::BadAttribute {

@@ -2,9 +2,12 @@
 //! (27), `RotaryEmbedding` (23), and the gated activations `Swish` (24) and
 //! `SwiGLU` (28).
 
+mod dtypes;
 mod linear;
 
 pub use linear::{LinearAttention, LinearGeometry};
+
+use dtypes::{expect_dtype, is_float_dtype};
 
 use super::{Fact, InferInputs, Op, OpRegistry, check_inputs};
 use crate::dtype::DType;
@@ -236,25 +239,7 @@ impl Attention {
     }
 }
 
-/// Checks that input `i` (when present) has one of the given dtypes.
-fn expect_dtype(inputs: &InferInputs<'_>, i: usize, ok: &[DType]) -> Result<(), OpError> {
-    match inputs.opt(i) {
-        Some(f) if !ok.contains(&f.dtype) => Err(OpError::InputDType {
-            index: i,
-            dtype: f.dtype,
-            expected: ok.iter().map(ToString::to_string).collect::<Vec<_>>().join(" or "),
-        }),
-        _ => Ok(()),
-    }
-}
-
-fn is_float_dtype(d: DType) -> bool {
-    matches!(d, DType::F32 | DType::F64 | DType::F16 | DType::BF16)
-}
-
 impl Op for Attention {
-    super::decompose::decomposed_by!(super::decompose::attention::decompose);
-
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<Fact>, OpError> {
         let (q, k, v) = (inputs.get(0)?, inputs.get(1)?, inputs.get(2)?);
         let (t1, t2) = (q.dtype, v.dtype);
@@ -322,8 +307,6 @@ pub struct RotaryEmbedding {
 }
 
 impl Op for RotaryEmbedding {
-    super::decompose::decomposed_by!(super::decompose::rotary::decompose);
-
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<Fact>, OpError> {
         let x = inputs.get(0)?;
         if !is_float_dtype(x.dtype) {
@@ -363,8 +346,6 @@ pub struct Swish {
 }
 
 impl Op for Swish {
-    super::decompose::decomposed_by!(super::decompose::simple::swish);
-
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<Fact>, OpError> {
         let a = inputs.get(0)?;
         if !is_float_dtype(a.dtype) {

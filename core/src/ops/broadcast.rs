@@ -1,5 +1,7 @@
 //! Numpy-style multidirectional broadcasting over symbolic shapes.
 
+use super::fact::Fact;
+use crate::dtype::DType;
 use crate::error::OpError;
 use crate::shape::{Dim, Shape};
 
@@ -58,6 +60,18 @@ pub fn broadcast_shapes(shapes: &[&Shape]) -> Result<Shape, OpError> {
         })?);
     }
     Ok(Shape(out))
+}
+
+/// The broadcast result fact of several inputs.
+///
+/// # Errors
+/// [`OpError::Shape`] for incompatible shapes.
+pub fn broadcast_fact(dtype: DType, inputs: &[&Fact]) -> Result<Fact, OpError> {
+    let shapes: Option<Vec<&Shape>> = inputs.iter().map(|f| f.shape.as_ref()).collect();
+    Ok(match shapes {
+        Some(shapes) => Fact::new(dtype, broadcast_shapes(&shapes)?),
+        None => Fact::unranked(dtype),
+    })
 }
 
 #[cfg(test)]

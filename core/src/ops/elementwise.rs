@@ -1,59 +1,13 @@
 //! Elementwise ops: unary math and activations, binary arithmetic and
 //! comparisons with broadcasting, the variadic Max/Min/Sum/Mean, Clip and Where.
 
-use super::{Fact, InferInputs, Op, OpRegistry, broadcast_shapes, check_inputs};
+pub use super::broadcast::broadcast_fact;
+pub use super::kinds::{BinaryKind, UnaryKind, VariadicKind};
+use super::{Fact, InferInputs, Op, OpRegistry, check_inputs};
 use crate::dtype::DType;
 use crate::error::OpError;
 use crate::graph::Node;
-use crate::shape::Shape;
 use crate::tensor::Tensor;
-
-/// The unary functions, with their attribute parameters.
-#[derive(Clone, Copy, Debug, PartialEq)]
-#[allow(missing_docs)] // each variant is the ONNX op of the same name.
-pub enum UnaryKind {
-    Abs,
-    Neg,
-    Exp,
-    Log,
-    Sqrt,
-    Reciprocal,
-    Floor,
-    Ceil,
-    Round,
-    Sign,
-    Sin,
-    Cos,
-    Tan,
-    Asin,
-    Acos,
-    Atan,
-    Sinh,
-    Cosh,
-    Asinh,
-    Acosh,
-    Atanh,
-    Relu,
-    Sigmoid,
-    Tanh,
-    Erf,
-    Softplus,
-    Softsign,
-    Not,
-    BitwiseNot,
-    IsNaN,
-    IsInf { detect_positive: bool, detect_negative: bool },
-    LeakyRelu { alpha: f32 },
-    Elu { alpha: f32 },
-    Selu { alpha: f32, gamma: f32 },
-    HardSigmoid { alpha: f32, beta: f32 },
-    HardSwish,
-    Celu { alpha: f32 },
-    ThresholdedRelu { alpha: f32 },
-    Mish,
-    Gelu { tanh_approximation: bool },
-    Shrink { bias: f32, lambd: f32 },
-}
 
 /// A unary elementwise op.
 #[derive(Debug, Clone)]
@@ -150,43 +104,6 @@ fn unary_kind(node: &Node) -> Result<UnaryKind, OpError> {
     })
 }
 
-/// The binary functions.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[allow(missing_docs)] // each variant is the ONNX op of the same name.
-pub enum BinaryKind {
-    Add,
-    Sub,
-    Mul,
-    Div,
-    Pow,
-    /// `Mod` with `fmod = 0` (sign of the divisor) or `1` (C fmod).
-    Mod {
-        fmod: bool,
-    },
-    And,
-    Or,
-    Xor,
-    Equal,
-    Less,
-    Greater,
-    LessOrEqual,
-    GreaterOrEqual,
-    BitShiftLeft,
-    BitShiftRight,
-    BitwiseAnd,
-    BitwiseOr,
-    BitwiseXor,
-    PRelu,
-}
-
-impl BinaryKind {
-    /// Whether the result is boolean.
-    pub fn is_predicate(self) -> bool {
-        use BinaryKind::*;
-        matches!(self, And | Or | Xor | Equal | Less | Greater | LessOrEqual | GreaterOrEqual)
-    }
-}
-
 /// A binary elementwise op with multidirectional broadcasting.
 #[derive(Debug, Clone)]
 pub struct Binary {
@@ -229,18 +146,6 @@ impl Op for Binary {
     }
 }
 
-/// The broadcast result fact of several inputs.
-///
-/// # Errors
-/// [`OpError::Shape`] for incompatible shapes.
-pub fn broadcast_fact(dtype: DType, inputs: &[&Fact]) -> Result<Fact, OpError> {
-    let shapes: Option<Vec<&Shape>> = inputs.iter().map(|f| f.shape.as_ref()).collect();
-    Ok(match shapes {
-        Some(shapes) => Fact::new(dtype, broadcast_shapes(&shapes)?),
-        None => Fact::unranked(dtype),
-    })
-}
-
 fn binary_kind(node: &Node) -> Result<BinaryKind, OpError> {
     use BinaryKind::*;
     Ok(match node.op_type.as_str() {
@@ -274,16 +179,6 @@ fn binary_kind(node: &Node) -> Result<BinaryKind, OpError> {
         "PRelu" => PRelu,
         other => return Err(OpError::Invalid(format!("{other} is not a binary op"))),
     })
-}
-
-/// The variadic reductions across inputs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[allow(missing_docs)] // each variant is the ONNX op of the same name.
-pub enum VariadicKind {
-    Max,
-    Min,
-    Sum,
-    Mean,
 }
 
 /// `Max`, `Min`, `Sum`, `Mean` over any number of broadcast inputs.

@@ -1,6 +1,6 @@
 //! Generators and casts: ConstantOfShape, Range, Cast, CastLike, BitCast.
 
-use super::shape::value_ints;
+use super::axes::value_ints;
 use super::{Fact, InferInputs, Op, OpRegistry, check_inputs};
 use crate::dtype::DType;
 use crate::error::OpError;

@@ -1,6 +1,6 @@
 //! Element-wise indexing: GatherElements and GatherND.
 
-use super::shape::axis_of;
+use super::axes::axis_of;
 use super::{Fact, InferInputs, Op, OpRegistry, check_inputs};
 use crate::dtype::DType;
 use crate::error::OpError;

@@ -1,6 +1,7 @@
 //! Data movement: Transpose, Concat, Split, Slice, Gather, Expand, Tile.
 
-use super::shape::{axis_of, opt_attr_ints, value_ints};
+pub use super::axes::SliceAxis;
+use super::axes::{axis_of, opt_attr_ints, resolve_slice, value_ints};
 use super::{Fact, InferInputs, Op, OpRegistry, broadcast_shapes, check_inputs};
 use crate::dtype::DType;
 use crate::error::OpError;
@@ -197,17 +198,6 @@ pub struct Slice {
     pub attrs: Option<SliceAttrs>,
 }
 
-/// One axis of a resolved slice: elements `start, start+step, …` (`len` of them).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SliceAxis {
-    /// First index.
-    pub start: i64,
-    /// Step (never 0).
-    pub step: i64,
-    /// Element count.
-    pub len: usize,
-}
-
 impl Slice {
     /// Resolves starts/ends/axes/steps against concrete dims, clamping as the spec says.
     ///
@@ -220,37 +210,7 @@ impl Slice {
         axes: Option<&[i64]>,
         steps: Option<&[i64]>,
     ) -> Result<Vec<SliceAxis>, OpError> {
-        let mut out: Vec<SliceAxis> =
-            dims.iter().map(|&d| SliceAxis { start: 0, step: 1, len: d }).collect();
-        let n = starts.len();
-        if ends.len() != n
-            || axes.is_some_and(|a| a.len() != n)
-            || steps.is_some_and(|s| s.len() != n)
-        {
-            return Err(OpError::Shape("starts, ends, axes and steps differ in length".into()));
-        }
-        let mut seen = vec![false; dims.len()];
-        for i in 0..n {
-            let axis = axis_of(axes.map_or(i as i64, |a| a[i]), dims.len())?;
-            if std::mem::replace(&mut seen[axis], true) {
-                return Err(OpError::Shape(format!("axis {axis} is sliced twice")));
-            }
-            let step = steps.map_or(1, |s| s[i]);
-            if step == 0 {
-                return Err(OpError::Shape("slice step is 0".into()));
-            }
-            let d = dims[axis] as i64;
-            let norm = |v: i64| if v < 0 { v.saturating_add(d) } else { v };
-            let (start, end) = if step > 0 {
-                (norm(starts[i]).clamp(0, d), norm(ends[i]).clamp(0, d))
-            } else {
-                (norm(starts[i]).clamp(0, (d - 1).max(0)), norm(ends[i]).clamp(-1, d - 1))
-            };
-            let span = if step > 0 { end - start } else { start - end };
-            let len = if span <= 0 || d == 0 { 0 } else { (span + step.abs() - 1) / step.abs() };
-            out[axis] = SliceAxis { start, step, len: len as usize };
-        }
-        Ok(out)
+        resolve_slice(dims, starts, ends, axes, steps)
     }
 }
 

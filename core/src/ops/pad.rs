@@ -1,6 +1,6 @@
 //! `Pad`: constant, reflect, edge and wrap padding (negative pads crop).
 
-use super::shape::{axis_of, value_ints};
+use super::axes::{axis_of, value_ints};
 use super::{Fact, InferInputs, Op, OpRegistry, check_inputs};
 use crate::dtype::DType;
 use crate::error::OpError;

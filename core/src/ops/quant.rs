@@ -139,8 +139,6 @@ impl QuantizeLinear {
 }
 
 impl Op for QuantizeLinear {
-    super::decompose::decomposed_by!(super::decompose::quant::quantize);
-
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<Fact>, OpError> {
         let x = inputs.get(0)?;
         check_layout(x, inputs.get(1)?, self.axis, self.block_size)?;
@@ -161,8 +159,6 @@ pub struct DequantizeLinear {
 }
 
 impl Op for DequantizeLinear {
-    super::decompose::decomposed_by!(super::decompose::quant::dequantize);
-
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<Fact>, OpError> {
         let (x, s) = (inputs.get(0)?, inputs.get(1)?);
         check_layout(x, s, self.axis, self.block_size)?;
@@ -183,8 +179,6 @@ impl Op for DequantizeLinear {
 pub struct DynamicQuantizeLinear;
 
 impl Op for DynamicQuantizeLinear {
-    super::decompose::decomposed_by!(super::decompose::quant::dynamic_quantize);
-
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<Fact>, OpError> {
         let x = inputs.get(0)?;
         Ok(vec![x.with_dtype(DType::U8), Fact::known(x.dtype, &[]), Fact::known(DType::U8, &[])])

@@ -145,7 +145,7 @@ impl Resize {
     fn geometry(&self, dims: &[usize], args: &ResizeArgs) -> Result<Geometry, OpError> {
         let r = dims.len();
         let axes: Vec<usize> = match &self.axes {
-            Some(a) => a.iter().map(|&v| super::shape::axis_of(v, r)).collect::<Result<_, _>>()?,
+            Some(a) => a.iter().map(|&v| super::axes::axis_of(v, r)).collect::<Result<_, _>>()?,
             None => (0..r).collect(),
         };
         let n = axes.len();

@@ -2,7 +2,7 @@
 //! Scatter), ScatterND, TensorScatter, Trilu, OneHot, EyeLike, CumSum,
 //! CumProd, ReverseSequence, DepthToSpace and SpaceToDepth.
 
-use super::shape::axis_of;
+use super::axes::axis_of;
 use super::{Fact, InferInputs, Op, OpRegistry, check_inputs};
 use crate::dtype::DType;
 use crate::error::OpError;
@@ -204,8 +204,6 @@ pub struct Trilu {
 }
 
 impl Op for Trilu {
-    super::decompose::decomposed_by!(super::decompose::simple::trilu);
-
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<Fact>, OpError> {
         if let Some(r) = inputs.get(0)?.rank().filter(|&r| r < 2) {
             return Err(OpError::Shape(format!("Trilu needs rank 2 or more, got {r}")));
@@ -248,8 +246,6 @@ impl OneHot {
 }
 
 impl Op for OneHot {
-    super::decompose::decomposed_by!(super::decompose::simple::one_hot);
-
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<Fact>, OpError> {
         let (idx, depth, values) = (inputs.get(0)?, inputs.get(1)?, inputs.get(2)?);
         let Some(s) = &idx.shape else { return Ok(vec![Fact::unranked(values.dtype)]) };
@@ -278,8 +274,6 @@ pub struct EyeLike {
 }
 
 impl Op for EyeLike {
-    super::decompose::decomposed_by!(super::decompose::simple::eye_like);
-
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<Fact>, OpError> {
         let x = inputs.get(0)?;
         if let Some(r) = x.rank().filter(|&r| r != 2) {
@@ -381,8 +375,6 @@ impl DepthSpace {
 }
 
 impl Op for DepthSpace {
-    super::decompose::decomposed_by!(super::decompose::simple::depth_space);
-
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<Fact>, OpError> {
         let x = inputs.get(0)?;
         if let Some(d) = x.dims() {

@@ -4,7 +4,7 @@
 
 use std::cmp::Ordering;
 
-use super::shape::{axis_of, value_ints};
+use super::axes::{axis_of, value_ints};
 use super::{Fact, InferInputs, Op, OpRegistry, check_inputs};
 use crate::dtype::DType;
 use crate::error::OpError;

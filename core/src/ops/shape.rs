@@ -5,25 +5,10 @@
 use super::{Fact, InferInputs, Op, OpRegistry, check_inputs};
 use crate::dtype::DType;
 use crate::error::OpError;
-use crate::graph::Node;
-use crate::shape::{Dim, Shape, normalize_axis};
+use crate::shape::{Dim, Shape};
 use crate::tensor::Tensor;
 
-pub(super) fn axis_of(axis: i64, rank: usize) -> Result<usize, OpError> {
-    normalize_axis(axis, rank)
-        .ok_or_else(|| OpError::Shape(format!("axis {axis} is out of range for rank {rank}")))
-}
-
-pub(super) fn value_ints(f: &Fact, index: usize) -> Result<Option<Vec<i64>>, OpError> {
-    match &f.value {
-        None => Ok(None),
-        Some(v) => v.to_i64_vec().map(Some).map_err(|_| OpError::InputDType {
-            index,
-            dtype: v.dtype(),
-            expected: "an integer tensor".into(),
-        }),
-    }
-}
+use super::axes::{axis_of, opt_attr_ints, value_ints};
 
 /// `Reshape`: a view with a new shape; `0` copies a dim (unless `allowzero`), `-1` is inferred.
 #[derive(Debug, Clone)]
@@ -327,14 +312,6 @@ impl Op for Size {
         }
         Ok(vec![f])
     }
-}
-
-pub(super) fn opt_attr_ints(
-    n: &Node,
-    name: &str,
-    before_opset: i64,
-) -> Result<Option<Vec<i64>>, OpError> {
-    if n.opset < before_opset { n.attrs.ints(name) } else { Ok(None) }
 }
 
 /// Registers the views and shape queries.

@@ -3,7 +3,7 @@
 //! tensors with a trailing dim of 2 (real, imaginary); real signals may
 //! instead have a trailing 1.
 
-use super::shape::{axis_of, value_ints};
+use super::axes::{axis_of, value_ints};
 use super::{Fact, InferInputs, Op, OpRegistry, check_inputs};
 use crate::dtype::DType;
 use crate::error::OpError;

@@ -1,8 +1,8 @@
 //! Spatial ops beyond Conv and the pools of `conv.rs`: LpPool, MaxUnpool,
 //! Col2Im, ConvTranspose and CenterCropPad.
 
+use super::axes::{axis_of, value_ints};
 use super::conv::{AutoPad, Geometry, Window};
-use super::shape::{axis_of, value_ints};
 use super::{Fact, InferInputs, Op, OpRegistry, check_inputs};
 use crate::error::OpError;
 use crate::graph::Node;
@@ -45,8 +45,6 @@ impl LpPool {
 }
 
 impl Op for LpPool {
-    super::decompose::decomposed_by!(super::decompose::simple::lp_pool);
-
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<Fact>, OpError> {
         let x = inputs.get(0)?;
         let Some((mut out, spatial)) = split_batch(x, 3)? else {

@@ -2,7 +2,7 @@
 //! MeanVarianceNormalization, InstanceNormalization, GroupNormalization and
 //! LRN, and the losses NegativeLogLikelihoodLoss and SoftmaxCrossEntropyLoss.
 
-use super::shape::axis_of;
+use super::axes::axis_of;
 use super::{Fact, InferInputs, Op, OpRegistry, check_inputs};
 use crate::dtype::DType;
 use crate::error::OpError;
@@ -36,8 +36,6 @@ pub struct LpNorm {
 }
 
 impl Op for LpNorm {
-    super::decompose::decomposed_by!(super::decompose::simple::lp_norm);
-
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<Fact>, OpError> {
         if let Some(r) = inputs.get(0)?.rank() {
             axis_of(self.axis, r)?;
@@ -157,8 +155,6 @@ pub struct Loss {
 }
 
 impl Op for Loss {
-    super::decompose::decomposed_by!(super::decompose::loss::decompose);
-
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<Fact>, OpError> {
         let (x, t) = (inputs.get(0)?, inputs.get(1)?);
         check_float(x, 0)?;

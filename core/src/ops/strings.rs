@@ -5,8 +5,8 @@
 
 use std::sync::Arc;
 
+use super::broadcast::broadcast_fact;
 use super::domains::ML_DOMAIN;
-use super::elementwise::broadcast_fact;
 use super::{Fact, InferInputs, Op, OpRegistry, check_inputs};
 use crate::dtype::DType;
 use crate::error::OpError;

@@ -2,8 +2,8 @@
 //! output size depends on every input's values, so all are value inputs and
 //! the selection itself lives here, shared by inference and kernels).
 
+use super::axes::value_ints;
 use super::conv::Window;
-use super::shape::value_ints;
 use super::{Fact, InferInputs, Op, OpRegistry, check_inputs};
 use crate::dtype::DType;
 use crate::error::OpError;

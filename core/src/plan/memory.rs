@@ -1,7 +1,7 @@
 //! Memory figures computed from the plan and the sizes a run produced,
 //! independently of any provider's accounting. Tests compare the two.
 
-use super::Plan;
+use super::liveness::Plan;
 use crate::graph::{Graph, ValueId};
 
 /// What a run recorded, as the planner needs it to compute memory figures.

@@ -7,7 +7,7 @@ use prost::Message;
 
 use super::*;
 use crate::exec::{CompileOptions, compile};
-use crate::graph::Graph;
+use crate::graph::{Graph, ValueId};
 use crate::onnx::external::NoExternalData;
 use crate::onnx::{load_model_bytes, pb};
 use crate::ops::OpRegistry;

@@ -2,7 +2,7 @@
 //! key/value head) updated token by token — optionally decayed (`gated`) and
 //! delta-corrected (`delta`) — and read by the queries.
 
-use super::{expect_dtype, is_float_dtype};
+use super::dtypes::{expect_dtype, is_float_dtype};
 use crate::error::OpError;
 use crate::graph::Node;
 use crate::ops::{Fact, InferInputs, Op, check_inputs};

@@ -7,7 +7,7 @@
 
 use half::{bf16, f16};
 
-use super::{broadcast, broadcast_map};
+use super::walk::{broadcast, broadcast_map};
 use crate::dtype::DType;
 use crate::error::OpError;
 use crate::ops::elementwise::{BinaryKind, UnaryKind};
@@ -188,7 +188,7 @@ pub fn constant_of_shape(value: &Tensor, shape: &Tensor) -> Folded {
     let dims: Vec<usize> = shape.to_i64_vec().ok()?.iter().map(|&d| d.max(0) as usize).collect();
     let n: usize = dims.iter().product();
     let from = vec![0usize; n];
-    super::pick(value, dims, &from).map(|r| r.map(|t| vec![t]))
+    super::walk::pick(value, dims, &from).map(|r| r.map(|t| vec![t]))
 }
 
 /// `Range(start, limit, delta)` over integers (float ranges are left to the kernels).

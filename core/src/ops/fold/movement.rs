@@ -1,10 +1,10 @@
 //! Folding data movement: outputs are elements of the inputs, copied bit for bit.
 
-use super::{broadcast, broadcast_map, pick, walk, width};
+use super::walk::{broadcast, broadcast_map, pick, walk, width};
 use crate::dtype::DType;
 use crate::error::OpError;
-use crate::ops::movement::Slice;
-use crate::ops::shape::axis_of;
+use crate::ops::axes::axis_of;
+use crate::ops::axes::resolve_slice;
 use crate::shape::strides;
 use crate::tensor::Tensor;
 
@@ -87,7 +87,7 @@ pub fn slice(
     axes: Option<&[i64]>,
     steps: Option<&[i64]>,
 ) -> Folded {
-    let resolved = match Slice::resolve(x.shape(), starts, ends, axes, steps) {
+    let resolved = match resolve_slice(x.shape(), starts, ends, axes, steps) {
         Ok(r) => r,
         Err(e) => return Some(Err(e)),
     };
@@ -137,7 +137,7 @@ pub fn where_(c: &Tensor, x: &Tensor, y: &Tensor) -> Folded {
         broadcast_map(&shape, y.shape()),
     );
     // Elements of x and y side by side: x's first, then y's.
-    let both = super::concat_flat(x, y)?;
+    let both = super::walk::concat_flat(x, y)?;
     let nx = x.numel();
     let from: Vec<usize> =
         (0..mc.len()).map(|k| if cond[mc[k]] != 0 { mx[k] } else { nx + my[k] }).collect();

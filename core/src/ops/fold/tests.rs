@@ -1,8 +1,10 @@
 use super::*;
+use crate::dtype::DType;
+use crate::error::OpError;
+use crate::ops::InferInputs;
 use crate::ops::elementwise::{BinaryKind, Unary, UnaryKind};
 use crate::ops::movement::{Gather, Transpose};
 use crate::ops::shape::{Reshape, ShapeOf};
-use crate::ops::{InferInputs, Op};
 use crate::shape::{Dim, Shape};
 
 fn i64s(shape: &[usize], v: &[i64]) -> Tensor {

@@ -2,7 +2,7 @@
 //! approximation, optional bias added first), `BiasGelu` (`Gelu(A + B)`),
 //! `QuickGelu` (`x · sigmoid(alpha · x)`) and `BiasAdd` (`X + bias + skip`).
 
-use super::{float_input, same_dtype};
+use super::common::{float_input, same_dtype};
 use crate::error::OpError;
 use crate::graph::MICROSOFT_DOMAIN;
 use crate::ops::{Fact, InferInputs, Op, OpRegistry, check_inputs};

@@ -5,7 +5,7 @@
 //! `mask_filter_value` added (not `-inf`), and `unidirectional` masks keys
 //! after the query's own position.
 
-use super::{bad, float_input, positive, same_dtype, scale_attr};
+use super::common::{bad, float_input, positive, same_dtype, scale_attr};
 use crate::dtype::DType;
 use crate::error::OpError;
 use crate::graph::{MICROSOFT_DOMAIN, Node};

@@ -3,7 +3,7 @@
 //! buffer that may be shared between past and present, optional rotary
 //! embedding of queries and keys, a local window and a softcap.
 
-use super::{float_input, positive, same_dtype, scale_attr};
+use super::common::{float_input, positive, same_dtype, scale_attr};
 use crate::dtype::DType;
 use crate::error::OpError;
 use crate::graph::MICROSOFT_DOMAIN;

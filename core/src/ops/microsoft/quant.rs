@@ -3,7 +3,7 @@
 //! `(q - zero_point) · scale` with one scale (and zero point) per block of
 //! `block_size` consecutive elements along the quantized axis.
 
-use super::{bad, float_input, is_half_or_single, positive, same_dtype};
+use super::common::{bad, float_input, is_half_or_single, positive, same_dtype};
 use crate::dtype::DType;
 use crate::error::OpError;
 use crate::graph::MICROSOFT_DOMAIN;

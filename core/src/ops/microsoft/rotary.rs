@@ -3,7 +3,7 @@
 //! `[1]` or 0-d, or `[batch, seq]`), `cos_cache` and `sin_cache`
 //! (`[max_positions, rotary_dim / 2]`).
 
-use super::{float_input, same_dtype};
+use super::common::{float_input, same_dtype};
 use crate::dtype::DType;
 use crate::error::OpError;
 use crate::graph::MICROSOFT_DOMAIN;
@@ -112,8 +112,8 @@ pub fn register_all(r: &mut OpRegistry) {
         }
         Ok(Box::new(ContribRotary {
             interleaved: n.attrs.flag_or("interleaved", false)?,
-            rotary_dim: super::count_or(n, "rotary_embedding_dim", 0)?,
-            num_heads: super::count_or(n, "num_heads", 0)?,
+            rotary_dim: super::common::count_or(n, "rotary_embedding_dim", 0)?,
+            num_heads: super::common::count_or(n, "num_heads", 0)?,
         }))
     });
 }

@@ -13,13 +13,14 @@
 //! so only the Gemm launches. This pass runs after the others: the bias
 //! Adds that SkipLayerNormalization and BiasGelu absorb are gone by then.
 
-use super::{Links, Rewrite, op_node};
+use super::chain::{Links, op_node};
+use super::rewrite::Rewrite;
 use crate::graph::{Attribute, DEFAULT_DOMAIN, Graph};
 use crate::tensor::Tensor;
 
 /// The graph with every constant-weight projection and its bias made one
 /// Gemm, or `None` when there is none.
-pub(super) fn fuse(graph: &Graph) -> Option<Graph> {
+pub(super) fn fuse(graph: &Graph) -> Rewrite {
     let l = Links::new(graph);
     let mut rw = Rewrite::default();
     for (i, add) in graph.nodes.iter().enumerate() {
@@ -46,11 +47,8 @@ pub(super) fn fuse(graph: &Graph) -> Option<Graph> {
         let flat = rw.value(graph, format!("{name}/flat"));
         let product = rw.value(graph, format!("{name}/gemm"));
         let lead = rw.value(graph, format!("{name}/lead"));
-        let n = rw.constant(
-            graph,
-            format!("{name}/width"),
-            Tensor::from_vec(vec![1], vec![width as i64]).ok()?,
-        );
+        let Ok(width) = Tensor::from_vec(vec![1], vec![width as i64]) else { continue };
+        let n = rw.constant(graph, format!("{name}/width"), width);
         let shape = rw.value(graph, format!("{name}/shape"));
         let at = |op: &str| format!("{name}/{op}");
         let (axis, end) = (Attribute::Int(-1), Attribute::Int(-1));
@@ -70,13 +68,19 @@ pub(super) fn fuse(graph: &Graph) -> Option<Graph> {
         ];
         rw.replace(&[mm, i], nodes);
     }
-    rw.apply(graph)
+    rw
 }
 
 #[cfg(test)]
 mod tests {
     use super::super::test_graph::{graph, node};
     use super::*;
+
+    /// The pass's proposals, applied without the fact check.
+    fn fuse(g: &Graph) -> Option<Graph> {
+        super::fuse(g).unchecked(g)
+    }
+
     use crate::graph::ValueId;
 
     /// x=0, W=1 (4 × 3), bias=2; MatMul → 3, Add → 4.

@@ -1,161 +1,61 @@
-//! Compilation: ops built from the registry, static facts inferred, every
-//! kernel node placed on the first provider that supports it (later providers
-//! are fallbacks; a half-precision node a provider runs only in f32 is widened
-//! through inserted casts there, see `widen`), explicit copies inserted where a
-//! value crosses providers, weights uploaded where they are read, and the
-//! release plan made — recursively for subgraphs.
+//! Placement: every node on the first provider with a kernel for it, else
+//! as standard ops (decomposed), else on a fallback provider; half-precision
+//! nodes a provider runs only in f32 between casts; explicit copies where a
+//! value crosses providers. The placed graph and its steps are then planned.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
+use super::options::{CompileOptions, ONYX_DOMAIN, Scope};
 use crate::dtype::DType;
-use crate::ep::{EpError, ExecutionProvider, KernelId, KernelSpec, TensorArg};
-use crate::error::{Error, OpError};
-use crate::graph::{Attributes, Graph, Node, NodeId, TypeInfo, ValueId, ValueInfo};
+use crate::ep::{EpError, ExecutionProvider, KernelId, KernelSpec};
+use crate::error::OpError;
+use crate::exec::Error;
+use crate::exec::program::{Action, CompiledGraph, Step};
+use crate::exec::schedule::Schedules;
+use crate::graph::{Attributes, Graph, Node, NodeId, ValueId, ValueInfo, topological_order};
 use crate::ops::control::DeviceCopy;
-use crate::ops::decompose::Builder;
 use crate::ops::generate::Cast;
 use crate::ops::sequence::{SequenceKind, SequenceOp};
-use crate::ops::{Fact, InferInputs, Op, OpRegistry, downcast, fold};
-use crate::plan::{NodeTraits, Plan, topological_order};
+use crate::ops::{Fact, Op, downcast};
+use crate::passes::decompose::{Builder, decompositions};
+use crate::passes::infer::{Inferred, build, outputs};
+use crate::passes::widen;
+use crate::plan::{NodeTraits, Plan};
 use crate::tensor::Tensor;
 
-use super::program::{Action, CompiledGraph, Step};
-use super::schedule::Schedules;
-use super::widen;
-
-mod fuse;
-mod subgraph;
-
-/// The domain of nodes the planner inserts (device copies).
-pub const ONYX_DOMAIN: &str = "onyx";
-
-/// Compilation settings.
-pub struct CompileOptions<'a> {
-    /// The op registry.
-    pub registry: &'a OpRegistry,
-    /// Called with the bytes of each weight uploaded.
-    pub on_upload: Option<&'a dyn Fn(u64)>,
-    /// Let nodes the first provider cannot run fall back to later providers.
-    pub allow_fallback: bool,
-    /// Fuse op chains into the ops that compute them in one kernel
-    /// (see `exec::compile::fuse`); off only to compare against the graph as written.
-    pub fuse: bool,
-    /// Input signatures each graph keeps a schedule for (see
-    /// [`Schedules`](super::Schedules); 0 decides every run anew).
-    pub schedules: usize,
-}
-
-impl<'a> CompileOptions<'a> {
-    /// The defaults: fallback, fusion and [`DEFAULT_SCHEDULES`](super::DEFAULT_SCHEDULES) schedules on.
-    pub fn new(registry: &'a OpRegistry) -> Self {
-        CompileOptions {
-            registry,
-            on_upload: None,
-            allow_fallback: true,
-            fuse: true,
-            schedules: super::DEFAULT_SCHEDULES,
-        }
-    }
-}
-
-/// What a subgraph sees of its enclosing graph, by name: id, fact and location.
-pub type Scope = HashMap<String, (ValueId, Fact, Option<usize>)>;
-
-/// The static fact a declared type gives.
-pub fn declared_fact(t: &TypeInfo) -> Option<Fact> {
-    Fact::from_declared(t)
-}
-
-/// Compiles a graph for `providers` (the first is the primary device; the
-/// others are fallbacks in order). Graph inputs are expected on the primary.
-///
-/// On error, weights uploaded so far are freed again.
-///
-/// # Errors
-/// [`Error`] naming the node that could not be built, inferred or prepared.
-pub fn compile(
-    graph: Arc<Graph>,
-    outer: &Scope,
-    providers: &[&dyn ExecutionProvider],
-    opts: &CompileOptions<'_>,
-) -> Result<CompiledGraph, Error> {
-    compile_graph(graph, outer, providers, opts, None, &[])
-}
-
-/// Compiles a graph; `input_facts` (for loop bodies) stand in for the facts
-/// of graph inputs whose types the model does not declare.
-fn compile_graph(
-    graph: Arc<Graph>,
-    outer: &Scope,
-    providers: &[&dyn ExecutionProvider],
-    opts: &CompileOptions<'_>,
-    outputs_on: Option<usize>,
-    input_facts: &[Option<Fact>],
-) -> Result<CompiledGraph, Error> {
-    // Places, infers and prepares `graph` as it is, then uploads its weights.
-    let place = |graph: &Graph| -> Result<CompiledGraph, Error> {
-        let mut pass = Pass::new(graph, providers, opts);
-        if let Err(e) = pass.run(outer, outputs_on, input_facts) {
-            // Subgraphs compiled so far hold uploaded weights.
-            for step in &mut pass.steps {
-                for g in step.action.subgraphs_mut() {
-                    let _ = g.free_weights(providers);
-                }
-            }
-            return Err(e);
-        }
-        let captures = std::mem::take(&mut pass.captures);
-        let mut cg = pass.finish(captures);
-        match upload_weights(&mut cg, providers, opts) {
-            Ok(()) => Ok(cg),
-            Err(e) => {
-                let _ = cg.free_weights(providers);
-                Err(e)
-            }
-        }
-    };
-    let fused =
-        if opts.fuse { providers.first().and_then(|p| fuse::all(&graph, *p)) } else { None };
-    if let Some(fused) = fused {
-        match place(&fused) {
-            Ok(cg) => return Ok(cg),
-            // The fused ops' requirements (shapes, dtypes) are checked when the
-            // graph is inferred; a chain that does not meet them runs unfused.
-            Err(e) => log::info!("compiling graph {:?} unfused: {e}", graph.name),
-        }
-    }
-    place(&graph)
-}
-
 /// The graph being placed: the original values plus copies and duplicates, nodes in run order.
-struct Pass<'a> {
-    source: &'a Graph,
-    providers: &'a [&'a dyn ExecutionProvider],
-    opts: &'a CompileOptions<'a>,
+pub(super) struct Pass<'a> {
+    pub(super) source: &'a Graph,
+    /// The source graph's facts and ops, from inference (ops taken as placed).
+    inferred: Inferred,
+    pub(super) providers: &'a [&'a dyn ExecutionProvider],
+    pub(super) opts: &'a CompileOptions<'a>,
     values: Vec<ValueInfo>,
     initializers: BTreeMap<ValueId, Tensor>,
     outputs: Vec<ValueId>,
     nodes: Vec<Node>,
-    steps: Vec<Step>,
+    pub(super) steps: Vec<Step>,
     traits: Vec<NodeTraits>,
-    facts: Vec<Option<Fact>>,
-    location: Vec<Option<usize>>,
+    pub(super) facts: Vec<Option<Fact>>,
+    pub(super) location: Vec<Option<usize>>,
     copies: HashMap<(ValueId, usize), ValueId>,
     /// f32 copies of half-precision values, per provider (see `widen`).
     widened: HashMap<(ValueId, usize), ValueId>,
-    captures: Vec<(ValueId, ValueId)>,
+    pub(super) captures: Vec<(ValueId, ValueId)>,
 }
 
 impl<'a> Pass<'a> {
-    fn new(
+    pub(super) fn new(
         source: &'a Graph,
+        inferred: Inferred,
         providers: &'a [&'a dyn ExecutionProvider],
         opts: &'a CompileOptions<'a>,
     ) -> Self {
         let n = source.values.len();
         Pass {
             source,
+            inferred,
             providers,
             opts,
             values: source.values.clone(),
@@ -180,26 +80,12 @@ impl<'a> Pass<'a> {
         id
     }
 
-    fn run(
-        &mut self,
-        outer: &Scope,
-        outputs_on: Option<usize>,
-        input_facts: &[Option<Fact>],
-    ) -> Result<(), Error> {
+    /// Places every node of the source graph, in topological order.
+    pub(super) fn run(&mut self, outer: &Scope, outputs_on: Option<usize>) -> Result<(), Error> {
         let g = self.source;
         let order = topological_order(g)?;
-        for (i, &v) in g.inputs.iter().enumerate() {
-            let info = g.value(v);
-            let fact = info
-                .declared
-                .as_ref()
-                .and_then(declared_fact)
-                .or_else(|| input_facts.get(i).cloned().flatten())
-                .ok_or_else(|| Error::Input {
-                    name: info.name.clone(),
-                    reason: "the model declares no tensor type for it".into(),
-                })?;
-            self.facts[v.index()] = Some(fact);
+        for &v in &g.inputs {
+            self.facts[v.index()] = self.inferred.facts[v.index()].clone();
             self.location[v.index()] = Some(0);
         }
         for (&v, t) in &g.initializers {
@@ -214,7 +100,7 @@ impl<'a> Pass<'a> {
             self.captures.push((*v, *outer_id));
         }
         for &n in &order {
-            self.node(&g.nodes[n.index()])?;
+            self.source_node(n.index())?;
         }
         for i in 0..self.outputs.len() {
             let o = self.outputs[i];
@@ -230,7 +116,7 @@ impl<'a> Pass<'a> {
     }
 
     /// Gives an unplaced initializer a home.
-    fn locate(&mut self, v: ValueId, p: usize) {
+    pub(super) fn locate(&mut self, v: ValueId, p: usize) {
         if self.location[v.index()].is_none() && self.initializers.contains_key(&v) {
             self.location[v.index()] = Some(p);
         }
@@ -238,7 +124,7 @@ impl<'a> Pass<'a> {
 
     /// A value with the same contents on provider `p`: the value itself, a duplicate
     /// weight, or the output of an inserted copy node (made once per value and provider).
-    fn on_provider(&mut self, v: ValueId, p: usize) -> ValueId {
+    pub(super) fn on_provider(&mut self, v: ValueId, p: usize) -> ValueId {
         self.locate(v, p);
         if self.location[v.index()] == Some(p) {
             return v;
@@ -283,29 +169,68 @@ impl<'a> Pass<'a> {
         self.steps.push(Step { node: id, value_inputs: op.value_inputs(), op, action, provider });
     }
 
-    fn node(&mut self, source: &Node) -> Result<(), Error> {
-        let desc = || source.desc();
-        let mut op = self
-            .opts
-            .registry
-            .build(source)
-            .map_err(|source| Error::Op { node: desc(), source })?;
-        let declared: Vec<Option<DType>> = source
-            .outputs
-            .iter()
-            .map(|o| o.and_then(|v| self.values[v.index()].declared.as_ref()?.tensor_dtype()))
-            .collect();
-        op.declared_outputs(&declared);
-        let in_facts: Vec<Option<Fact>> =
-            source.inputs.iter().map(|i| i.and_then(|v| self.facts[v.index()].clone())).collect();
-        if let Some((slot, _)) =
-            source.inputs.iter().enumerate().find(|(i, v)| v.is_some() && in_facts[*i].is_none())
-        {
-            return Err(Error::Op {
-                node: desc(),
-                source: OpError::Invalid(format!("input {slot} has no inferable type")),
-            });
+    /// Places node `n` of the source graph with the op and facts inference gave it.
+    fn source_node(&mut self, n: usize) -> Result<(), Error> {
+        let source = &self.source.nodes[n];
+        let op = self.inferred.ops[n]
+            .take()
+            .ok_or_else(|| Error::Internal(format!("{} was not inferred", source.desc())))?;
+        if self.inferred.folded[n] {
+            let facts = source
+                .outputs
+                .iter()
+                .map(|o| o.and_then(|v| self.inferred.facts[v.index()].clone()))
+                .collect();
+            self.constants(source, facts);
+            return Ok(());
         }
+        let outputs = self.inferred.outputs[n].take();
+        self.place(source, op, outputs)
+    }
+
+    /// Places a node placement made (a decomposition's piece): its op is
+    /// built and inferred here.
+    fn node(&mut self, source: &Node) -> Result<(), Error> {
+        let op_err = |e: OpError| Error::Op { node: source.desc(), source: e };
+        let op = build(self.opts.registry, &self.values, source).map_err(op_err)?;
+        let in_facts = self.inputs(source);
+        let (out, values) = outputs(&*op, source, &in_facts).map_err(op_err)?;
+        if let Some(values) = values {
+            let facts = values.iter().map(|t| Some(Fact::from_tensor(t))).collect();
+            self.constants(source, facts);
+            return Ok(());
+        }
+        self.place(source, op, Some(out))
+    }
+
+    /// The facts of a node's inputs as placement knows them.
+    fn inputs(&self, node: &Node) -> Vec<Option<Fact>> {
+        node.inputs.iter().map(|i| i.and_then(|v| self.facts[v.index()].clone())).collect()
+    }
+
+    /// A node computed from constants: its outputs become constants themselves.
+    fn constants(&mut self, source: &Node, facts: Vec<Option<Fact>>) {
+        log::debug!("{}: computed from constants while compiling", source.desc());
+        for (o, f) in source.outputs.iter().zip(facts) {
+            if let (Some(v), Some(f)) = (*o, f) {
+                if let Some(t) = f.value.clone() {
+                    self.initializers.insert(v, t);
+                }
+                self.facts[v.index()] = Some(f);
+            }
+        }
+    }
+
+    /// Places a node whose op is built, with its outputs' facts by slot
+    /// (`None` for a control node, whose bodies give them).
+    fn place(
+        &mut self,
+        source: &Node,
+        op: Box<dyn Op>,
+        known: Option<Vec<Fact>>,
+    ) -> Result<(), Error> {
+        let desc = || source.desc();
+        let in_facts = self.inputs(source);
         let mut node = source.clone();
         let value_inputs = op.value_inputs();
         // Outputs computed in f32 and cast back after the node: (f32 value, original, fact).
@@ -316,20 +241,9 @@ impl<'a> Pass<'a> {
         {
             (action, 0, out, Some(0))
         } else {
-            let out = op
-                .infer(&InferInputs::new(&in_facts))
-                .map_err(|source| Error::Op { node: desc(), source })?;
-            if let Some(values) = fold::fold(&*op, &in_facts, &out, fold::COMPILE_LIMIT) {
-                // Computed from constants: the outputs become constants themselves.
-                log::debug!("{}: computed from constants while compiling", source.desc());
-                for (o, t) in source.outputs.iter().zip(values) {
-                    if let Some(v) = *o {
-                        self.facts[v.index()] = Some(Fact::from_tensor(&t));
-                        self.initializers.insert(v, t);
-                    }
-                }
-                return Ok(());
-            }
+            let out = known.ok_or_else(|| {
+                Error::Internal(format!("{}: its outputs were not inferred", desc()))
+            })?;
             if op.runs_on_host(&in_facts) {
                 // Strings and host-only ops: inputs are read back, device outputs go to the primary.
                 (Action::Host, 0, out, Some(0))
@@ -502,7 +416,7 @@ impl<'a> Pass<'a> {
         in_facts: &[Option<Fact>],
     ) -> Result<bool, Error> {
         let mut b = Builder::new(&node.name, ValueId(self.values.len() as u32));
-        match op.decompose(node, in_facts, &mut b) {
+        match decompositions().decompose(op, node, in_facts, &mut b) {
             Ok(true) => {}
             Ok(false) => return Ok(false),
             Err(e) => {
@@ -593,7 +507,7 @@ impl<'a> Pass<'a> {
     }
 
     /// What a subgraph sees: every value of this graph by name, with fact and location.
-    fn scope(&self) -> Scope {
+    pub(super) fn scope(&self) -> Scope {
         let mut scope = HashMap::new();
         for (i, f) in self.facts.iter().enumerate() {
             if let Some(f) = f {
@@ -609,7 +523,7 @@ impl<'a> Pass<'a> {
         scope
     }
 
-    fn finish(self, captures: Vec<(ValueId, ValueId)>) -> CompiledGraph {
+    pub(super) fn finish(self, captures: Vec<(ValueId, ValueId)>) -> CompiledGraph {
         let graph = Graph {
             name: self.source.name.clone(),
             values: self.values,
@@ -646,30 +560,4 @@ impl<'a> Pass<'a> {
             schedules: Schedules::new(self.opts.schedules),
         }
     }
-}
-
-/// Uploads every initializer that lives on a provider (shape-only constants stay on the host).
-fn upload_weights(
-    cg: &mut CompiledGraph,
-    providers: &[&dyn ExecutionProvider],
-    opts: &CompileOptions<'_>,
-) -> Result<(), Error> {
-    let graph = cg.graph.clone();
-    for (&v, t) in &graph.initializers {
-        let (Some(p), Ok(bytes)) = (cg.location[v.index()], t.bytes()) else { continue };
-        let ep = providers[p];
-        let provider_err = |source| Error::Provider {
-            backend: ep.name(),
-            action: format!("uploading weight '{}'", graph.value(v).name),
-            source,
-        };
-        let buffer =
-            ep.allocate(bytes.len() as u64, t.dtype().align() as u32).map_err(provider_err)?;
-        cg.weights.push((v, p, TensorArg { buffer, dtype: t.dtype(), shape: t.shape().to_vec() }));
-        ep.upload(buffer, bytes).map_err(provider_err)?;
-        if let Some(cb) = opts.on_upload {
-            cb(bytes.len() as u64);
-        }
-    }
-    Ok(())
 }

@@ -1,18 +1,5 @@
-//! Decompositions: rewrites of a composite node into standard ops, used when
-//! the primary provider has no kernel for the node itself. The pieces are then
-//! placed like any other node (and may themselves decompose or fall back), so
-//! a GPU backend runs `Attention`, the losses or `Trilu` from the kernels it
-//! already has instead of sending the whole node to the CPU.
-//!
-//! A decomposition sees the node's input facts at compile time. It may use
-//! what they know (ranks, static dims, constant values) and declines, leaving
-//! the node to fallback, when what it needs is unknown.
-
-pub mod attention;
-pub mod loss;
-pub mod quant;
-pub mod rotary;
-pub mod simple;
+//! The builder decompositions write their standard-op nodes with, and the
+//! helpers they share.
 
 use half::{bf16, f16};
 
@@ -51,22 +38,22 @@ pub fn cast_to(to: DType) -> Attributes {
 }
 
 /// Input `i` of the node being decomposed.
-pub(crate) fn input(node: &Node, i: usize) -> Result<ValueId, OpError> {
+pub fn input(node: &Node, i: usize) -> Result<ValueId, OpError> {
     node.input(i).ok_or(OpError::MissingInput(i))
 }
 
 /// The fact of input `i`.
-pub(crate) fn fact(inputs: &[Option<Fact>], i: usize) -> Result<&Fact, OpError> {
+pub fn fact(inputs: &[Option<Fact>], i: usize) -> Result<&Fact, OpError> {
     inputs.get(i).and_then(Option::as_ref).ok_or(OpError::MissingInput(i))
 }
 
 /// The concrete dims of input `i`; a decline when they are not all known.
-pub(crate) fn dims(inputs: &[Option<Fact>], i: usize) -> Result<Vec<usize>, OpError> {
+pub fn dims(inputs: &[Option<Fact>], i: usize) -> Result<Vec<usize>, OpError> {
     fact(inputs, i)?.dims().ok_or_else(|| decline(&format!("input {i} has an unknown shape")))
 }
 
 /// A constant tensor of `shape` from `values`.
-pub(crate) fn tensor<T: Element>(shape: Vec<usize>, values: Vec<T>) -> Result<Tensor, OpError> {
+pub fn tensor<T: Element>(shape: Vec<usize>, values: Vec<T>) -> Result<Tensor, OpError> {
     Tensor::from_vec(shape, values).map_err(|e| OpError::Invalid(e.to_string()))
 }
 
@@ -193,23 +180,7 @@ impl Builder {
     }
 }
 
-/// Implements [`Op::decompose`](crate::ops::Op::decompose) inside an `impl Op`
-/// block with a function of this module taking `(op, node, inputs, builder)`.
-macro_rules! decomposed_by {
-    ($f:path) => {
-        fn decompose(
-            &self,
-            node: &crate::graph::Node,
-            inputs: &[Option<crate::ops::Fact>],
-            b: &mut crate::ops::decompose::Builder,
-        ) -> Result<bool, crate::error::OpError> {
-            $f(self, node, inputs, b).map(|()| true)
-        }
-    };
-}
-pub(crate) use decomposed_by;
-
 /// The error of a decomposition that cannot apply to these inputs.
-pub(crate) fn decline(what: &str) -> OpError {
+pub fn decline(what: &str) -> OpError {
     OpError::Unsupported(format!("no decomposition: {what}"))
 }

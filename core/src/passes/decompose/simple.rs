@@ -3,7 +3,7 @@
 //! norm, `DepthToSpace`/`SpaceToDepth` as reshapes around a transpose, and
 //! `LpPool` as an average pool of powers.
 
-use super::{Builder, attrs, cast_to, decline, dims, fact, input, tensor};
+use super::builder::{Builder, attrs, cast_to, decline, dims, fact, input, tensor};
 use crate::dtype::DType;
 use crate::error::OpError;
 use crate::graph::{Attribute, Node};

@@ -1,7 +1,7 @@
 //! ai.onnx `RotaryEmbedding` as slices, products with the gathered cos/sin
 //! caches, and a concatenation, in the `[batch, seq, heads, size]` layout.
 
-use super::{Builder, attrs, dims, input};
+use super::builder::{Builder, attrs, dims, input};
 use crate::error::OpError;
 use crate::graph::{Attribute, Node, ValueId};
 use crate::ops::Fact;

@@ -3,7 +3,7 @@
 //! one constant bias, and rows the bias masks entirely get zero probabilities,
 //! as the reference writes them.
 
-use super::{Builder, attrs, decline, tensor};
+use super::builder::{Builder, attrs, decline, tensor};
 use crate::dtype::DType;
 use crate::error::OpError;
 use crate::graph::{Attribute, Node, ValueId};

@@ -6,7 +6,8 @@
 //! Only f32 convolutions with constant weights are fused: the CPU kernel
 //! fuses for f32, and other dtypes keep their chain.
 
-use super::{Links, Rewrite};
+use super::chain::Links;
+use super::rewrite::Rewrite;
 use crate::dtype::DType;
 use crate::graph::{Attribute, DEFAULT_DOMAIN, Graph, MICROSOFT_DOMAIN, Node};
 
@@ -27,7 +28,7 @@ fn activation(n: &Node) -> Option<(&'static str, Vec<f32>)> {
 }
 
 /// The graph with every Conv → activation pair fused, or `None`.
-pub(super) fn fuse(graph: &Graph) -> Option<Graph> {
+pub(super) fn fuse(graph: &Graph) -> Rewrite {
     let l = Links::new(graph);
     let mut rw = Rewrite::default();
     for (i, act) in graph.nodes.iter().enumerate() {
@@ -60,13 +61,19 @@ pub(super) fn fuse(graph: &Graph) -> Option<Graph> {
         };
         rw.replace(&[conv, i], vec![node]);
     }
-    rw.apply(graph)
+    rw
 }
 
 #[cfg(test)]
 mod tests {
     use super::super::test_graph::{graph, node};
     use super::*;
+
+    /// The pass's proposals, applied without the fact check.
+    fn fuse(g: &Graph) -> Option<Graph> {
+        super::fuse(g).unchecked(g)
+    }
+
     use crate::graph::ValueId;
     use crate::tensor::Tensor;
 

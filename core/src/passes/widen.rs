@@ -10,12 +10,12 @@ use crate::graph::Node;
 use crate::ops::{Fact, InferInputs, Op};
 
 /// The dtypes widening turns into f32.
-pub(super) fn is_half(d: DType) -> bool {
+pub fn is_half(d: DType) -> bool {
     matches!(d, DType::F16 | DType::BF16)
 }
 
 /// A node's kernel spec in f32, and its outputs' facts there.
-pub(super) struct Widened {
+pub struct Widened {
     /// Input dtypes with every widened input as f32.
     pub input_dtypes: Vec<Option<DType>>,
     /// Output dtypes of the f32 computation.
@@ -25,7 +25,7 @@ pub(super) struct Widened {
 }
 
 /// Whether input `slot` is widened: a half-precision tensor on the device.
-pub(super) fn widens(fact: Option<&Fact>, slot: usize, value_inputs: &[usize]) -> bool {
+pub fn widens(fact: Option<&Fact>, slot: usize, value_inputs: &[usize]) -> bool {
     fact.is_some_and(|f| is_half(f.dtype) && !f.sequence) && !value_inputs.contains(&slot)
 }
 
@@ -34,7 +34,7 @@ pub(super) fn widens(fact: Option<&Fact>, slot: usize, value_inputs: &[usize]) -
 /// f32 and every other output keeps its dtype. Ops whose output dtypes do
 /// not follow their inputs (a Cast to f16, statistics of a declared dtype)
 /// are not widened.
-pub(super) fn plan(
+pub fn plan(
     node: &Node,
     op: &dyn Op,
     in_facts: &[Option<Fact>],

@@ -11,13 +11,14 @@
 //! computed in f64 and rounded once to the weights' dtype, as ONNX Runtime's
 //! ConvBNFusion does in the weights' own precision.
 
-use super::{Links, Rewrite};
+use super::chain::Links;
+use super::rewrite::Rewrite;
 use crate::dtype::DType;
 use crate::graph::{DEFAULT_DOMAIN, Graph, Node};
 use crate::tensor::Tensor;
 
 /// The graph with every foldable Conv → BatchNormalization pair folded, or `None`.
-pub(super) fn fuse(graph: &Graph) -> Option<Graph> {
+pub(super) fn fuse(graph: &Graph) -> Rewrite {
     let l = Links::new(graph);
     let mut rw = Rewrite::default();
     for (i, bn) in graph.nodes.iter().enumerate() {
@@ -39,7 +40,7 @@ pub(super) fn fuse(graph: &Graph) -> Option<Graph> {
         };
         rw.replace(&[conv, i], vec![node]);
     }
-    rw.apply(graph)
+    rw
 }
 
 /// For BatchNormalization `bn` reading a foldable Conv: the Conv's node and
@@ -97,6 +98,12 @@ fn folded(l: &Links<'_>, bn: &Node) -> Option<(usize, Tensor, Tensor)> {
 mod tests {
     use super::super::test_graph::{graph, node};
     use super::*;
+
+    /// The pass's proposals, applied without the fact check.
+    fn fuse(g: &Graph) -> Option<Graph> {
+        super::fuse(g).unchecked(g)
+    }
+
     use crate::graph::ValueId;
 
     /// x=0, W=1, B=2, scale=3, beta=4, mean=5, var=6; conv out 7, bn out 8.

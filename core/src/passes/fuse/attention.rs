@@ -34,8 +34,9 @@
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 
+use super::chain::{Links, op_node};
 use super::key_mask::{self, KeyMask};
-use super::{Links, Rewrite, op_node};
+use super::rewrite::Rewrite;
 use crate::graph::{Attribute, DEFAULT_DOMAIN, Graph, Node, ValueId};
 use crate::tensor::Tensor;
 
@@ -320,14 +321,14 @@ impl SmallMasks {
     fn drop_unread(self, l: &Links<'_>, rw: &mut Rewrite) {
         for (mask, (m, _, uses)) in self.0 {
             if l.readers.get(&mask) == Some(&uses) {
-                rw.drop.extend(m.nodes);
+                rw.unread.extend(m.nodes);
             }
         }
     }
 }
 
 /// The graph with every attention chain fused, or `None` when it has none.
-pub(super) fn fuse(graph: &Graph) -> Option<Graph> {
+pub(super) fn fuse(graph: &Graph) -> Rewrite {
     let l = Links::new(graph);
     let mut rw = Rewrite::default();
     let mut small = SmallMasks::default();
@@ -385,13 +386,19 @@ pub(super) fn fuse(graph: &Graph) -> Option<Graph> {
         rw.replace(&f.chain, nodes);
     }
     small.drop_unread(&l, &mut rw);
-    rw.apply(graph)
+    rw
 }
 
 #[cfg(test)]
 mod tests {
     use super::super::test_graph::{graph, node};
     use super::*;
+
+    /// The pass's proposals, applied without the fact check.
+    fn fuse(g: &Graph) -> Option<Graph> {
+        super::fuse(g).unchecked(g)
+    }
+
     use crate::graph::Attributes;
 
     fn transpose(input: u32, out: u32, perm: &[i64]) -> Node {

@@ -12,7 +12,8 @@
 //! `input` (the full shape) and the residual its `skip`; the op's inference
 //! checks that the skip fits.
 
-use super::{Links, Rewrite};
+use super::chain::Links;
+use super::rewrite::Rewrite;
 use crate::graph::{Attribute, Attributes, Graph, MICROSOFT_DOMAIN, Node, ValueId};
 
 /// `MatMul(…) + bias` written to `u`: the Add node, the MatMul's output and the bias.
@@ -28,7 +29,7 @@ fn biased(l: &Links<'_>, u: ValueId, hidden: usize) -> Option<(usize, ValueId, V
 }
 
 /// The graph with every bias-residual-LayerNormalization chain fused, or `None`.
-pub(super) fn fuse(graph: &Graph) -> Option<Graph> {
+pub(super) fn fuse(graph: &Graph) -> Rewrite {
     let l = Links::new(graph);
     let mut rw = Rewrite::default();
     for (i, ln) in graph.nodes.iter().enumerate() {
@@ -79,13 +80,19 @@ pub(super) fn fuse(graph: &Graph) -> Option<Graph> {
         };
         rw.replace(&chain, vec![node]);
     }
-    rw.apply(graph)
+    rw
 }
 
 #[cfg(test)]
 mod tests {
     use super::super::test_graph::{graph, node};
     use super::*;
+
+    /// The pass's proposals, applied without the fact check.
+    fn fuse(g: &Graph) -> Option<Graph> {
+        super::fuse(g).unchecked(g)
+    }
+
     use crate::tensor::Tensor;
 
     /// x=0, W=1, bias=2, residual=3, gamma=4, beta=5; y = 9.

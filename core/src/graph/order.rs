@@ -3,8 +3,9 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
+use super::ir::Graph;
+use super::types::NodeId;
 use crate::error::LoadError;
-use crate::graph::{Graph, NodeId};
 
 /// Orders the nodes so every value is produced before it is read.
 ///

@@ -2,7 +2,7 @@
 //! arithmetic, rounding, clipping and casts: 16-, 8-, 4- and 2-bit integers
 //! and the float8/float4 formats (whose casts a backend must support).
 
-use super::{Builder, attrs, cast_to, decline, fact, input};
+use super::builder::{Builder, attrs, cast_to, decline, fact, input};
 use crate::dtype::DType;
 use crate::error::OpError;
 use crate::graph::{Attribute, Node, ValueId};

@@ -21,7 +21,7 @@
 //! reshapes and casts; `And` of true values; constants and `ConstantOfShape`
 //! of true.
 
-use super::Links;
+use super::chain::Links;
 use crate::graph::{Attribute, DEFAULT_DOMAIN, ValueId};
 
 /// A matched expanded padding mask.

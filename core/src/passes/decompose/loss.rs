@@ -1,7 +1,7 @@
 //! `NegativeLogLikelihoodLoss` and `SoftmaxCrossEntropyLoss` as gathers,
 //! masks and reductions.
 
-use super::{Builder, attrs, decline};
+use super::builder::{Builder, attrs, decline};
 use crate::error::OpError;
 use crate::graph::{Attribute, Node};
 use crate::ops::Fact;

@@ -32,7 +32,8 @@ impl FromStr for Device {
         };
         match (kind.to_ascii_lowercase().as_str(), ordinal) {
             ("cpu", None) => Ok(Device::Cpu),
-            ("wgpu", n) => Ok(Device::Wgpu(n)),
+            // `webgpu` is the browser's name for the same backend.
+            ("wgpu" | "webgpu", n) => Ok(Device::Wgpu(n)),
             ("cuda", n) => Ok(Device::Cuda(n)),
             _ => Err(bad()),
         }
@@ -59,7 +60,27 @@ pub struct Resolved {
     pub provider: Arc<dyn ExecutionProvider>,
     /// Why the request fell back to the CPU, if it did.
     pub fallback: Option<String>,
+    /// What the wgpu adapter is, when the provider is one.
+    pub adapter: Option<Adapter>,
 }
+
+/// A wgpu adapter, as the session reports it.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Adapter {
+    /// Adapter name (`NVIDIA H200`, `llvmpipe (…)`).
+    pub name: String,
+    /// Backend (`Vulkan`, `Metal`, `Dx12`, `BrowserWebGpu`).
+    pub backend: String,
+    /// Device type (`DiscreteGpu`, `Cpu`, …).
+    pub device_type: String,
+    /// Native f16 arithmetic and storage in shaders.
+    pub shader_f16: bool,
+    /// Largest storage buffer binding, bytes.
+    pub max_binding_bytes: u64,
+}
+
+/// A provider just opened, and what it is.
+type Opened = (Arc<dyn ExecutionProvider>, Option<Adapter>);
 
 /// Which backends this build of Onyx contains.
 pub fn compiled_backends() -> Vec<&'static str> {
@@ -75,19 +96,30 @@ pub fn compiled_backends() -> Vec<&'static str> {
 
 /// Opens a wgpu adapter, or says why not.
 #[cfg(feature = "wgpu")]
-fn open_wgpu(ordinal: Option<u32>) -> Result<Arc<dyn ExecutionProvider>, String> {
-    let p = onyx_wgpu::WgpuProvider::new_blocking(onyx_wgpu::WgpuOptions {
+// On wasm32 wgpu's handles are neither Send nor Sync; the page is one thread,
+// and the session keeps one `Arc<dyn ExecutionProvider>` type on every target.
+#[cfg_attr(target_arch = "wasm32", allow(clippy::arc_with_non_send_sync))]
+async fn open_wgpu(ordinal: Option<u32>) -> Result<Opened, String> {
+    let p = onyx_wgpu::WgpuProvider::new(onyx_wgpu::WgpuOptions {
         adapter: ordinal,
         ..Default::default()
     })
+    .await
     .map_err(|e| e.to_string())?;
     let a = p.adapter();
     log::info!("wgpu adapter: {} ({}, {})", a.name, a.backend, a.device_type);
-    Ok(Arc::new(p))
+    let adapter = Adapter {
+        name: a.name.clone(),
+        backend: a.backend.clone(),
+        device_type: a.device_type.clone(),
+        shader_f16: a.shader_f16,
+        max_binding_bytes: a.max_binding,
+    };
+    Ok((Arc::new(p), Some(adapter)))
 }
 
 #[cfg(not(feature = "wgpu"))]
-fn open_wgpu(_: Option<u32>) -> Result<Arc<dyn ExecutionProvider>, String> {
+async fn open_wgpu(_: Option<u32>) -> Result<Opened, String> {
     Err("this build of Onyx has no wgpu backend (build with --features wgpu)".into())
 }
 
@@ -101,7 +133,7 @@ pub struct GpuOptions {
 
 /// Opens a CUDA device, or says why not (no driver, no such ordinal, no libraries).
 #[cfg(feature = "cuda")]
-fn open_cuda(ordinal: Option<u32>, gpu: GpuOptions) -> Result<Arc<dyn ExecutionProvider>, String> {
+fn open_cuda(ordinal: Option<u32>, gpu: GpuOptions) -> Result<Opened, String> {
     let p = onyx_cuda::CudaProvider::new(onyx_cuda::CudaOptions {
         ordinal: ordinal.unwrap_or(0),
         allow_tf32: gpu.allow_tf32,
@@ -116,33 +148,24 @@ fn open_cuda(ordinal: Option<u32>, gpu: GpuOptions) -> Result<Arc<dyn ExecutionP
         i.compute_capability.0,
         i.compute_capability.1
     );
-    Ok(Arc::new(p))
+    Ok((Arc::new(p), None))
 }
 
 #[cfg(not(feature = "cuda"))]
-fn open_cuda(_: Option<u32>, _: GpuOptions) -> Result<Arc<dyn ExecutionProvider>, String> {
+fn open_cuda(_: Option<u32>, _: GpuOptions) -> Result<Opened, String> {
     Err("this build of Onyx has no CUDA backend (build with --features cuda)".into())
 }
 
 /// Describes a wgpu adapter.
-#[cfg(feature = "wgpu")]
+#[cfg(not(target_arch = "wasm32"))]
 fn describe_wgpu(ordinal: Option<u32>) -> Result<String, String> {
-    let p = onyx_wgpu::WgpuProvider::new_blocking(onyx_wgpu::WgpuOptions {
-        adapter: ordinal,
-        ..Default::default()
-    })
-    .map_err(|e| e.to_string())?;
-    let a = p.adapter();
+    let (_, adapter) = pollster::block_on(open_wgpu(ordinal))?;
+    let a = adapter.ok_or("no adapter")?;
     Ok(format!("wgpu:{}: {} ({}, {})", ordinal.unwrap_or(0), a.name, a.backend, a.device_type))
 }
 
-#[cfg(not(feature = "wgpu"))]
-fn describe_wgpu(ordinal: Option<u32>) -> Result<String, String> {
-    open_wgpu(ordinal).map(|_| String::new())
-}
-
 /// Describes a CUDA device: name, compute capability, free and total memory.
-#[cfg(feature = "cuda")]
+#[cfg(all(feature = "cuda", not(target_arch = "wasm32")))]
 fn describe_cuda(ordinal: Option<u32>) -> Result<String, String> {
     let i = onyx_cuda::info(ordinal.unwrap_or(0)).map_err(|e| e.to_string())?;
     let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
@@ -158,7 +181,7 @@ fn describe_cuda(ordinal: Option<u32>) -> Result<String, String> {
     ))
 }
 
-#[cfg(not(feature = "cuda"))]
+#[cfg(all(not(feature = "cuda"), not(target_arch = "wasm32")))]
 fn describe_cuda(ordinal: Option<u32>) -> Result<String, String> {
     open_cuda(ordinal, GpuOptions::default()).map(|_| String::new())
 }
@@ -167,6 +190,7 @@ fn describe_cuda(ordinal: Option<u32>) -> Result<String, String> {
 ///
 /// # Errors
 /// [`Error::DeviceUnavailable`] when the device cannot be opened.
+#[cfg(not(target_arch = "wasm32"))]
 pub fn describe(requested: Device) -> Result<String, Error> {
     let unavailable =
         |reason: String| Error::DeviceUnavailable { requested: requested.to_string(), reason };
@@ -185,35 +209,46 @@ pub fn describe(requested: Device) -> Result<String, Error> {
 ///
 /// # Errors
 /// [`Error::DeviceUnavailable`] in strict mode.
+pub async fn resolve_async(
+    requested: Device,
+    strict: bool,
+    cpu: CpuOptions,
+    gpu: GpuOptions,
+) -> Result<Resolved, Error> {
+    let opened = match requested {
+        Device::Cpu => Ok((Arc::new(CpuProvider::new(cpu.clone())) as _, None)),
+        Device::Wgpu(n) => open_wgpu(n).await,
+        Device::Cuda(n) => open_cuda(n, gpu),
+    };
+    match opened {
+        Ok((provider, adapter)) => Ok(Resolved { requested, provider, fallback: None, adapter }),
+        Err(reason) if strict => {
+            Err(Error::DeviceUnavailable { requested: requested.to_string(), reason })
+        }
+        Err(reason) => {
+            log::warn!("device {requested} is not available ({reason}); falling back to cpu");
+            Ok(Resolved {
+                requested,
+                provider: Arc::new(CpuProvider::new(cpu)),
+                fallback: Some(reason),
+                adapter: None,
+            })
+        }
+    }
+}
+
+/// [`resolve_async`], blocking.
+///
+/// # Errors
+/// As [`resolve_async`].
+#[cfg(not(target_arch = "wasm32"))]
 pub fn resolve(
     requested: Device,
     strict: bool,
     cpu: CpuOptions,
     gpu: GpuOptions,
 ) -> Result<Resolved, Error> {
-    let unavailable = match requested {
-        Device::Cpu => None,
-        Device::Wgpu(n) => match open_wgpu(n) {
-            Ok(provider) => return Ok(Resolved { requested, provider, fallback: None }),
-            Err(reason) => Some(reason),
-        },
-        Device::Cuda(n) => match open_cuda(n, gpu) {
-            Ok(provider) => return Ok(Resolved { requested, provider, fallback: None }),
-            Err(reason) => Some(reason),
-        },
-    };
-    if let Some(reason) = unavailable {
-        if strict {
-            return Err(Error::DeviceUnavailable { requested: requested.to_string(), reason });
-        }
-        log::warn!("device {requested} is not available ({reason}); falling back to cpu");
-        return Ok(Resolved {
-            requested,
-            provider: Arc::new(CpuProvider::new(cpu)),
-            fallback: Some(reason),
-        });
-    }
-    Ok(Resolved { requested, provider: Arc::new(CpuProvider::new(cpu)), fallback: None })
+    pollster::block_on(resolve_async(requested, strict, cpu, gpu))
 }
 
 #[cfg(test)]

@@ -64,6 +64,9 @@ pub enum Error {
         #[source]
         source: EpError,
     },
+    /// The session's weights were freed ([`Session::release`](crate::Session::release)).
+    #[error("the session was released")]
+    Released,
     /// A thread pool could not be built.
     #[error("cannot start {threads} worker threads")]
     Threads {

@@ -20,16 +20,19 @@
 pub mod device;
 mod error;
 pub mod inputs;
+#[cfg(not(target_arch = "wasm32"))]
 pub mod npy;
 mod session;
+#[cfg(not(target_arch = "wasm32"))]
 mod workers;
 
-pub use device::Device;
+pub use device::{Adapter, Device};
 pub use error::{Error, Result, error_chain, is_unsupported};
 pub use onyx_core::dtype::DType;
 pub use onyx_core::tensor::{Tensor, Value};
 pub use session::{
-    DeviceMemory, IoInfo, MemoryReport, Progress, RunOutputs, Session, SessionBuilder, TimelineStep,
+    DeviceMemory, IoInfo, MemoryReport, Progress, RunConfig, RunOutputs, Session, SessionBuilder,
+    TimelineStep,
 };
 
 /// The core crate, for lower-level use (graph IR, planner, provider traits).

@@ -43,7 +43,7 @@ impl CpuProvider {
     pub fn new(opts: CpuOptions) -> Self {
         CpuProvider {
             storage: Mutex::new(Storage::new(opts.memory_limit, opts.cache_limit)),
-            registry: KernelRegistry::standard(),
+            registry: crate::kernels::standard(),
             kernels: RwLock::new(Vec::new()),
         }
     }

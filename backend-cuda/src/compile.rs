@@ -9,7 +9,7 @@ use std::ffi::{CString, c_char, c_int};
 use std::path::PathBuf;
 
 use cudarc::nvrtc::{result as nvrtc, sys as nvrtc_sys};
-use onyx_kernels::{COMMON_HEADER, Kernel};
+use onyx_kernels::{HEADERS, Kernel};
 use sha2::{Digest, Sha256};
 
 /// What NVRTC should produce.
@@ -64,19 +64,22 @@ pub fn compile(kernel: Kernel, target: Target) -> Result<Vec<u8>, CompileError> 
         |what: &str, e: nvrtc::NvrtcError| CompileError(format!("{what} {}: {e:?}", kernel.file()));
     let src = CString::new(kernel.source()).expect("kernel sources hold no NUL");
     let name = CString::new(kernel.file()).expect("file names hold no NUL");
-    let header = CString::new(COMMON_HEADER.1).expect("headers hold no NUL");
-    let header_name = CString::new(COMMON_HEADER.0).expect("header names hold no NUL");
-    let headers: [*const c_char; 1] = [header.as_ptr()];
-    let include_names: [*const c_char; 1] = [header_name.as_ptr()];
+    let sources: Vec<CString> =
+        HEADERS.iter().map(|h| CString::new(h.1).expect("headers hold no NUL")).collect();
+    let names: Vec<CString> =
+        HEADERS.iter().map(|h| CString::new(h.0).expect("header names hold no NUL")).collect();
+    let headers: Vec<*const c_char> = sources.iter().map(|c| c.as_ptr()).collect();
+    let include_names: Vec<*const c_char> = names.iter().map(|c| c.as_ptr()).collect();
     let mut prog = std::mem::MaybeUninit::uninit();
-    // SAFETY: every pointer is a live NUL-terminated string for the whole call,
-    // and the arrays hold exactly `1` entry as passed.
+    // SAFETY: every pointer is a live NUL-terminated string for the whole call
+    // (`sources` and `names` outlive it), and both arrays hold `HEADERS.len()`
+    // entries, as passed.
     let r = unsafe {
         nvrtc_sys::nvrtcCreateProgram(
             prog.as_mut_ptr(),
             src.as_ptr(),
             name.as_ptr(),
-            1,
+            HEADERS.len() as i32,
             headers.as_ptr(),
             include_names.as_ptr(),
         )
@@ -143,11 +146,13 @@ fn cache_dir() -> Option<PathBuf> {
     }
 }
 
-/// The cache key of a kernel: its source and header, the target and the NVRTC version.
+/// The cache key of a kernel: its source and headers, the target and the NVRTC version.
 fn cache_key(kernel: Kernel, target: Target, version: (i32, i32)) -> String {
     let mut h = Sha256::new();
     h.update(kernel.source());
-    h.update(COMMON_HEADER.1);
+    for (_, source) in HEADERS {
+        h.update(source);
+    }
     h.update(format!("{}|nvrtc {}.{}", target.arch(), version.0, version.1));
     let digest = h.finalize();
     let hex: String = digest.iter().take(16).map(|b| format!("{b:02x}")).collect();

@@ -183,7 +183,7 @@ impl CudaProvider {
                 recorded: HashMap::new(),
                 next_capture: 0,
             }),
-            registry: Registry::standard(cc),
+            registry: crate::kernels::standard(cc),
             kernels: RwLock::new(Vec::new()),
             gate: Gate::default(),
         })
@@ -498,13 +498,7 @@ impl ExecutionProvider for CudaProvider {
         let k = kernels.get(kernel.0 as usize).ok_or(EpError::UnknownKernel(kernel))?;
         let in_ptrs = self.addresses(args.inputs)?;
         let out_ptrs = self.addresses(args.outputs)?;
-        let io = Io {
-            inputs: args.inputs,
-            outputs: args.outputs,
-            values: args.values,
-            in_ptrs: &in_ptrs,
-            out_ptrs: &out_ptrs,
-        };
+        let io = Io { launch: *args, in_ptrs: &in_ptrs, out_ptrs: &out_ptrs };
         self.gpu.ctx.bind_to_thread().map_err(device_err("binding the CUDA context"))?;
         k.launch(&self.gpu, &io)
     }

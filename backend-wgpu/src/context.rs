@@ -38,6 +38,12 @@ impl Gpu {
     /// # Errors
     /// [`EpError::Device`] when there is no such adapter or the device cannot be created.
     pub async fn new(ordinal: Option<u32>) -> Result<Gpu, EpError> {
+        #[cfg(target_arch = "wasm32")]
+        if !has_webgpu() {
+            return Err(EpError::Device(
+                "navigator.gpu is missing: this browser or context has no WebGPU".into(),
+            ));
+        }
         let instance =
             wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
         let adapter = match ordinal {
@@ -126,4 +132,14 @@ async fn default_adapter(instance: &wgpu::Instance) -> Result<wgpu::Adapter, EpE
         })
         .await
         .map_err(|e| EpError::Device(format!("no wgpu adapter: {e}")))
+}
+
+/// Whether the global scope (a page or a worker) exposes `navigator.gpu`.
+#[cfg(target_arch = "wasm32")]
+fn has_webgpu() -> bool {
+    let get = |o: &wasm_bindgen::JsValue, k: &str| {
+        js_sys::Reflect::get(o, &k.into()).unwrap_or(wasm_bindgen::JsValue::UNDEFINED)
+    };
+    let navigator = get(&js_sys::global().into(), "navigator");
+    !navigator.is_undefined() && !get(&navigator, "gpu").is_undefined()
 }

@@ -114,7 +114,7 @@ impl WgpuProvider {
                 graveyard: Vec::new(),
             }),
             pipelines: Mutex::new(HashMap::new()),
-            registry: Registry::standard(),
+            registry: crate::kernels::standard(),
             kernels: RwLock::new(Vec::new()),
         })
     }
@@ -546,12 +546,7 @@ impl ExecutionProvider for WgpuProvider {
     fn launch(&self, kernel: KernelId, args: &Launch<'_>) -> Result<(), EpError> {
         let kernels = self.kernels.read().unwrap_or_else(|p| p.into_inner());
         let k = kernels.get(kernel.0 as usize).ok_or(EpError::UnknownKernel(kernel))?;
-        let io = Io {
-            inputs: args.inputs,
-            outputs: args.outputs,
-            values: args.values,
-            shader_f16: self.gpu.summary.shader_f16,
-        };
+        let io = Io { launch: *args, shader_f16: self.gpu.summary.shader_f16 };
         for d in k.dispatches(&io)? {
             self.record(&d, &io)?;
         }

@@ -17,7 +17,7 @@ use clap::Parser;
 /// mimalloc instead of the system allocator: the executor makes a few small
 /// allocations per step (shapes, argument lists), and on a model of
 /// sub-millisecond runs glibc's malloc and free were over a tenth of the
-/// time (ARCHITECTURE.md, "The CPU backend"). Only the CLI chooses this;
+/// time (ARCHITECTURE.md, the crates table). Only the CLI chooses this;
 /// programs using the library keep their own allocator.
 #[cfg(not(target_arch = "wasm32"))]
 #[global_allocator]

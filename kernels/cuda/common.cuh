@@ -3,6 +3,8 @@
 // index helpers and the strided-index walk used by broadcasting kernels.
 #pragma once
 
+#include "codes.cuh"
+
 typedef long long i64;
 typedef unsigned long long u64;
 typedef unsigned int u32;

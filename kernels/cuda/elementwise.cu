@@ -11,48 +11,48 @@ template <typename C>
 __device__ __forceinline__ C unary_float(int op, C x, float alpha, float beta, float gamma) {
     const C zero = (C)0, one = (C)1;
     switch (op) {
-    case 0: return fabs(x);
-    case 1: return -x;
-    case 2: return exp(x);
-    case 3: return log(x);
-    case 4: return sqrt(x);
-    case 5: return one / x;
-    case 6: return floor(x);
-    case 7: return ceil(x);
-    case 8: return rint(x);  // round half to even
-    case 9: return x > zero ? one : (x < zero ? -one : x);
-    case 10: return sin(x);
-    case 11: return cos(x);
-    case 12: return tan(x);
-    case 13: return asin(x);
-    case 14: return acos(x);
-    case 15: return atan(x);
-    case 16: return sinh(x);
-    case 17: return cosh(x);
-    case 18: return asinh(x);
-    case 19: return acosh(x);
-    case 20: return atanh(x);
-    case 21: return x > zero ? x : zero;
-    case 22: return x >= zero ? one / (one + exp(-x)) : exp(x) / (one + exp(x));
-    case 23: return tanh(x);
-    case 24: return erf(x);
-    case 25: return x > (C)20 ? x : log1p(exp(x));
-    case 26: return x / (one + fabs(x));
-    case 27: return x >= zero ? x : (C)alpha * x;
-    case 28: return x >= zero ? x : (C)alpha * (exp(x) - one);
-    case 29: return (C)gamma * (x > zero ? x : (C)alpha * (exp(x) - one));
-    case 30: { C v = (C)alpha * x + (C)beta; return v < zero ? zero : (v > one ? one : v); }
-    case 31: { C v = x / (C)6 + (C)0.5; v = v < zero ? zero : (v > one ? one : v); return x * v; }
-    case 32: { C a = (C)alpha; C e = a * (exp(x / a) - one); return (x > zero ? x : zero) + (e < zero ? e : zero); }
-    case 33: return x > (C)alpha ? x : zero;
-    case 34: { C sp = x > (C)20 ? x : log1p(exp(x)); return x * tanh(sp); }
-    case 35: return (C)0.5 * x * (one + erf(x * (C)0.70710678118654752440));
-    case 36: {
+    case UNARY_ABS: return fabs(x);
+    case UNARY_NEG: return -x;
+    case UNARY_EXP: return exp(x);
+    case UNARY_LOG: return log(x);
+    case UNARY_SQRT: return sqrt(x);
+    case UNARY_RECIPROCAL: return one / x;
+    case UNARY_FLOOR: return floor(x);
+    case UNARY_CEIL: return ceil(x);
+    case UNARY_ROUND: return rint(x);  // round half to even
+    case UNARY_SIGN: return x > zero ? one : (x < zero ? -one : x);
+    case UNARY_SIN: return sin(x);
+    case UNARY_COS: return cos(x);
+    case UNARY_TAN: return tan(x);
+    case UNARY_ASIN: return asin(x);
+    case UNARY_ACOS: return acos(x);
+    case UNARY_ATAN: return atan(x);
+    case UNARY_SINH: return sinh(x);
+    case UNARY_COSH: return cosh(x);
+    case UNARY_ASINH: return asinh(x);
+    case UNARY_ACOSH: return acosh(x);
+    case UNARY_ATANH: return atanh(x);
+    case UNARY_RELU: return x > zero ? x : zero;
+    case UNARY_SIGMOID: return x >= zero ? one / (one + exp(-x)) : exp(x) / (one + exp(x));
+    case UNARY_TANH: return tanh(x);
+    case UNARY_ERF: return erf(x);
+    case UNARY_SOFTPLUS: return x > (C)20 ? x : log1p(exp(x));
+    case UNARY_SOFTSIGN: return x / (one + fabs(x));
+    case UNARY_LEAKY_RELU: return x >= zero ? x : (C)alpha * x;
+    case UNARY_ELU: return x >= zero ? x : (C)alpha * (exp(x) - one);
+    case UNARY_SELU: return (C)gamma * (x > zero ? x : (C)alpha * (exp(x) - one));
+    case UNARY_HARD_SIGMOID: { C v = (C)alpha * x + (C)beta; return v < zero ? zero : (v > one ? one : v); }
+    case UNARY_HARD_SWISH: { C v = x / (C)6 + (C)0.5; v = v < zero ? zero : (v > one ? one : v); return x * v; }
+    case UNARY_CELU: { C a = (C)alpha; C e = a * (exp(x / a) - one); return (x > zero ? x : zero) + (e < zero ? e : zero); }
+    case UNARY_THRESHOLDED_RELU: return x > (C)alpha ? x : zero;
+    case UNARY_MISH: { C sp = x > (C)20 ? x : log1p(exp(x)); return x * tanh(sp); }
+    case UNARY_GELU: return (C)0.5 * x * (one + erf(x * (C)0.70710678118654752440));
+    case UNARY_GELU_TANH: {
         C inner = (C)0.79788456080286535588 * (x + (C)0.044715 * x * x * x);
         return (C)0.5 * x * (one + tanh(inner));
     }
-    case 37: return x < -(C)beta ? x + (C)alpha : (x > (C)beta ? x - (C)alpha : zero);
-    case 38: return x * (C)alpha;
+    case UNARY_SHRINK: return x < -(C)beta ? x + (C)alpha : (x > (C)beta ? x - (C)alpha : zero);
+    case UNARY_SCALE: return x * (C)alpha;
     }
     return x;
 }
@@ -65,14 +65,14 @@ __device__ void unary_float_kernel(UnaryArgs p, const T* x, T* y) {
     }
 }
 
-// IsNaN (op 100) and IsInf (op 101; alpha = detect_positive, beta = detect_negative).
+// IsNaN (UNARY_IS_NAN) and IsInf (UNARY_IS_INF; alpha = detect_positive, beta = detect_negative).
 template <typename T>
 __device__ void float_test_kernel(UnaryArgs p, const T* x, u8* y) {
     typedef typename Num<T>::C C;
     for (i64 i = thread_index(); i < p.n; i += grid_stride()) {
         C v = ld(x, i);
         bool r;
-        if (p.op == 100) r = v != v;
+        if (p.op == UNARY_IS_NAN) r = v != v;
         else r = (isinf(v) && ((v > (C)0 && p.alpha != 0.0f) || (v < (C)0 && p.beta != 0.0f)));
         y[i] = r;
     }
@@ -86,12 +86,12 @@ __device__ void unary_int_kernel(UnaryArgs p, const T* x, T* y) {
         T v = x[i];
         T r = v;
         switch (p.op) {
-        case 0: r = v < (T)0 ? (T)(-v) : v; break;
-        case 1: r = (T)(-v); break;
-        case 2: r = v > (T)0 ? (T)1 : (v < (T)0 ? (T)-1 : (T)0); break;
-        case 3: r = v > (T)0 ? v : (T)0; break;
-        case 4: r = (T)(~v); break;
-        case 5: r = (T)(v == (T)0); break;
+        case UNARY_INT_ABS: r = v < (T)0 ? (T)(-v) : v; break;
+        case UNARY_INT_NEG: r = (T)(-v); break;
+        case UNARY_INT_SIGN: r = v > (T)0 ? (T)1 : (v < (T)0 ? (T)-1 : (T)0); break;
+        case UNARY_INT_RELU: r = v > (T)0 ? v : (T)0; break;
+        case UNARY_INT_BITWISE_NOT: r = (T)(~v); break;
+        case UNARY_INT_NOT: r = (T)(v == (T)0); break;
         }
         y[i] = r;
     }
@@ -102,18 +102,18 @@ __device__ void unary_int_kernel(UnaryArgs p, const T* x, T* y) {
 template <typename C>
 __device__ __forceinline__ C binary_float(int op, C a, C b) {
     switch (op) {
-    case 0: return a + b;
-    case 1: return a - b;
-    case 2: return a * b;
-    case 3: return a / b;
-    case 4: return pow(a, b);
-    case 5: { C r = fmod(a, b); return (r != (C)0 && ((r < (C)0) != (b < (C)0))) ? r + b : r; }
-    case 6: return fmod(a, b);
-    case 12: return a >= (C)0 ? a : a * b;
-    case 13: return (a != a || b != b) ? a + b : (a > b ? a : b);
-    case 14: return (a != a || b != b) ? a + b : (a < b ? a : b);
+    case BINARY_ADD: return a + b;
+    case BINARY_SUB: return a - b;
+    case BINARY_MUL: return a * b;
+    case BINARY_DIV: return a / b;
+    case BINARY_POW: return pow(a, b);
+    case BINARY_MOD: { C r = fmod(a, b); return (r != (C)0 && ((r < (C)0) != (b < (C)0))) ? r + b : r; }
+    case BINARY_FMOD: return fmod(a, b);
+    case BINARY_PRELU: return a >= (C)0 ? a : a * b;
+    case BINARY_MAX: return (a != a || b != b) ? a + b : (a > b ? a : b);
+    case BINARY_MIN: return (a != a || b != b) ? a + b : (a < b ? a : b);
     // com.microsoft BiasGelu: the erf Gelu of a + b.
-    case 15: { const C x = a + b; return (C)0.5 * x * ((C)1 + erf(x * (C)0.70710678118654752440)); }
+    case BINARY_BIAS_GELU: { const C x = a + b; return (C)0.5 * x * ((C)1 + erf(x * (C)0.70710678118654752440)); }
     }
     return a;
 }
@@ -121,28 +121,28 @@ __device__ __forceinline__ C binary_float(int op, C a, C b) {
 template <typename C>
 __device__ __forceinline__ C binary_int(int op, C a, C b) {
     switch (op) {
-    case 0: return a + b;
-    case 1: return a - b;
-    case 2: return a * b;
-    case 3: return b == (C)0 ? (C)0 : a / b;
-    case 4: {
+    case BINARY_ADD: return a + b;
+    case BINARY_SUB: return a - b;
+    case BINARY_MUL: return a * b;
+    case BINARY_DIV: return b == (C)0 ? (C)0 : a / b;
+    case BINARY_POW: {
         if (b < (C)0) return a == (C)1 ? (C)1 : (a == (C)-1 ? ((b & (C)1) ? (C)-1 : (C)1) : (C)0);
         C r = 1, base = a, e = b;
         while (e > (C)0) { if (e & (C)1) r *= base; base *= base; e >>= 1; }
         return r;
     }
-    case 5: { if (b == (C)0) return (C)0; C r = a % b; return (r != (C)0 && ((r < (C)0) != (b < (C)0))) ? r + b : r; }
-    case 6: return b == (C)0 ? (C)0 : a % b;
+    case BINARY_MOD: { if (b == (C)0) return (C)0; C r = a % b; return (r != (C)0 && ((r < (C)0) != (b < (C)0))) ? r + b : r; }
+    case BINARY_FMOD: return b == (C)0 ? (C)0 : a % b;
     // Shift amounts are read as unsigned: a negative or too-large one shifts
     // everything out (right shifts of signed values fill with the sign).
-    case 7: return ((u64)(i64)b >= sizeof(C) * 8) ? (C)0 : (C)(a << b);
-    case 8: return ((u64)(i64)b >= sizeof(C) * 8) ? (C)((a >> (sizeof(C) * 8 - 1)) >> 1) : (C)(a >> b);
-    case 9: return a & b;
-    case 10: return a | b;
-    case 11: return a ^ b;
-    case 12: return a >= (C)0 ? a : a * b;
-    case 13: return a > b ? a : b;
-    case 14: return a < b ? a : b;
+    case BINARY_BIT_SHIFT_LEFT: return ((u64)(i64)b >= sizeof(C) * 8) ? (C)0 : (C)(a << b);
+    case BINARY_BIT_SHIFT_RIGHT: return ((u64)(i64)b >= sizeof(C) * 8) ? (C)((a >> (sizeof(C) * 8 - 1)) >> 1) : (C)(a >> b);
+    case BINARY_BITWISE_AND: return a & b;
+    case BINARY_BITWISE_OR: return a | b;
+    case BINARY_BITWISE_XOR: return a ^ b;
+    case BINARY_PRELU: return a >= (C)0 ? a : a * b;
+    case BINARY_MAX: return a > b ? a : b;
+    case BINARY_MIN: return a < b ? a : b;
     }
     return a;
 }
@@ -150,14 +150,14 @@ __device__ __forceinline__ C binary_int(int op, C a, C b) {
 template <typename C>
 __device__ __forceinline__ bool predicate(int op, C a, C b) {
     switch (op) {
-    case 0: return a == b;
-    case 1: return a < b;
-    case 2: return a > b;
-    case 3: return a <= b;
-    case 4: return a >= b;
-    case 5: return (a != (C)0) && (b != (C)0);
-    case 6: return (a != (C)0) || (b != (C)0);
-    case 7: return (a != (C)0) != (b != (C)0);
+    case BINARY_EQUAL: return a == b;
+    case BINARY_LESS: return a < b;
+    case BINARY_GREATER: return a > b;
+    case BINARY_LESS_OR_EQUAL: return a <= b;
+    case BINARY_GREATER_OR_EQUAL: return a >= b;
+    case BINARY_AND: return (a != (C)0) && (b != (C)0);
+    case BINARY_OR: return (a != (C)0) || (b != (C)0);
+    case BINARY_XOR: return (a != (C)0) != (b != (C)0);
     }
     return false;
 }
@@ -288,12 +288,12 @@ template <typename T>
 __device__ void binary_rep_kernel(i64 n, int op, i64 len, int mode, const T* a, const T* b, T* y) {
     if (n + (i64)grid_stride() * 16 >= 0x7fffffffLL) {
         binary_rep_loop<T, i64, -1>(n, op, len, mode, a, b, y);
-    } else if (op == 0) {
-        binary_rep_loop<T, u32, 0>((u32)n, op, (u32)len, mode, a, b, y);
-    } else if (op == 2) {
-        binary_rep_loop<T, u32, 2>((u32)n, op, (u32)len, mode, a, b, y);
-    } else if (op == 15) {
-        binary_rep_loop<T, u32, 15>((u32)n, op, (u32)len, mode, a, b, y);
+    } else if (op == BINARY_ADD) {
+        binary_rep_loop<T, u32, BINARY_ADD>((u32)n, op, (u32)len, mode, a, b, y);
+    } else if (op == BINARY_MUL) {
+        binary_rep_loop<T, u32, BINARY_MUL>((u32)n, op, (u32)len, mode, a, b, y);
+    } else if (op == BINARY_BIAS_GELU) {
+        binary_rep_loop<T, u32, BINARY_BIAS_GELU>((u32)n, op, (u32)len, mode, a, b, y);
     } else {
         binary_rep_loop<T, u32, -1>((u32)n, op, (u32)len, mode, a, b, y);
     }

@@ -76,7 +76,7 @@ struct ReduceShape {
     int red_rank;
     int row;         // lanes run along the reduced elements (the innermost dim is reduced)
     int lanes;       // lanes per output, a power of two dividing the 256-thread block
-    int op;          // Reduce*: the ReduceKind code; ArgMax/ArgMin: 0 max, 1 min
+    int op;          // a REDUCE_* code (codes.cuh)
     int last;        // ArgMax/ArgMin: select_last_index
     i64 kept_dims[MAX_RANK];
     i64 kept_strides[MAX_RANK];
@@ -198,9 +198,9 @@ template <typename T, typename A>
 __device__ void reduce_real(const ReduceShape& s, const T* x, T* y, A* buf) {
     const Lanes L = lanes_of(s);
     const int op = s.op;
-    const int kind = op == 4 ? K_MUL : op == 2 ? K_MAX : op == 3 ? K_MIN : K_ADD;
+    const int kind = op == REDUCE_PROD ? K_MUL : op == REDUCE_MAX ? K_MAX : op == REDUCE_MIN ? K_MIN : K_ADD;
     const A inf = inf_of<A>();
-    const A init = op == 4 ? (A)1 : op == 2 ? -inf : op == 3 ? inf : (A)0;
+    const A init = op == REDUCE_PROD ? (A)1 : op == REDUCE_MAX ? -inf : op == REDUCE_MIN ? inf : (A)0;
     const i64 per = L.groups;
     for (i64 first = (i64)blockIdx.x * per; first < s.outputs; first += (i64)gridDim.x * per) {
         const i64 o = first + L.group;
@@ -208,7 +208,7 @@ __device__ void reduce_real(const ReduceShape& s, const T* x, T* y, A* buf) {
         const i64 base = live ? kept_offset(s, o) : 0;
         const i64 n = live ? s.count : 0;
         A peak = -inf;
-        if (op == 8) {
+        if (op == REDUCE_LOG_SUM_EXP) {
             A m = -inf;
 #pragma unroll 4
             for (i64 r = L.lane; r < n; r += L.n) m = peak_(m, load_as<T, A>(x, base + red_offset(s, r)));
@@ -219,22 +219,22 @@ __device__ void reduce_real(const ReduceShape& s, const T* x, T* y, A* buf) {
         for (i64 r = L.lane; r < n; r += L.n) {
             const A v = load_as<T, A>(x, base + red_offset(s, r));
             switch (op) {
-            case 2: acc = max_(acc, v); break;
-            case 3: acc = min_(acc, v); break;
-            case 4: acc *= v; break;
-            case 5: acc += fabs(v); break;
-            case 6: case 9: acc += v * v; break;
-            case 8: acc += exp(v - peak); break;
+            case REDUCE_MAX: acc = max_(acc, v); break;
+            case REDUCE_MIN: acc = min_(acc, v); break;
+            case REDUCE_PROD: acc *= v; break;
+            case REDUCE_L1: acc += fabs(v); break;
+            case REDUCE_L2: case REDUCE_SUM_SQUARE: acc += v * v; break;
+            case REDUCE_LOG_SUM_EXP: acc += exp(v - peak); break;
             default: acc += v; break;
             }
         }
         acc = group_reduce(acc, Comb<A>{kind}, buf, L);
         if (live && L.lane == 0) {
             switch (op) {
-            case 1: acc = acc / (A)s.count; break;
-            case 6: acc = sqrt(acc); break;
-            case 7: acc = log(acc); break;
-            case 8: acc = peak == -inf ? -inf : peak + log(acc); break;
+            case REDUCE_MEAN: acc = acc / (A)s.count; break;
+            case REDUCE_L2: acc = sqrt(acc); break;
+            case REDUCE_LOG_SUM: acc = log(acc); break;
+            case REDUCE_LOG_SUM_EXP: acc = peak == -inf ? -inf : peak + log(acc); break;
             }
             store_real<T, A>(y, o, acc);
         }
@@ -247,9 +247,9 @@ template <typename T, typename A, bool BOOL = false>
 __device__ void reduce_exact(const ReduceShape& s, const T* x, T* y, A* buf) {
     const Lanes L = lanes_of(s);
     const int op = s.op;
-    const int kind = op == 4 ? K_MUL : op == 2 ? K_MAX : op == 3 ? K_MIN : K_ADD;
+    const int kind = op == REDUCE_PROD ? K_MUL : op == REDUCE_MAX ? K_MAX : op == REDUCE_MIN ? K_MIN : K_ADD;
     const A lo = BOOL ? (A)0 : (A)Lim<T>::lo(), hi = BOOL ? (A)1 : (A)Lim<T>::hi();
-    const A init = op == 4 ? (A)1 : op == 2 ? lo : op == 3 ? hi : (A)0;
+    const A init = op == REDUCE_PROD ? (A)1 : op == REDUCE_MAX ? lo : op == REDUCE_MIN ? hi : (A)0;
     const i64 per = L.groups;
     for (i64 first = (i64)blockIdx.x * per; first < s.outputs; first += (i64)gridDim.x * per) {
         const i64 o = first + L.group;
@@ -261,22 +261,22 @@ __device__ void reduce_exact(const ReduceShape& s, const T* x, T* y, A* buf) {
         for (i64 r = L.lane; r < n; r += L.n) {
             const A v = (A)x[base + red_offset(s, r)];
             switch (op) {
-            case 2: acc = max_(acc, v); break;
-            case 3: acc = min_(acc, v); break;
-            case 4: acc = mul_(acc, v); break;
-            case 5: {
+            case REDUCE_MAX: acc = max_(acc, v); break;
+            case REDUCE_MIN: acc = min_(acc, v); break;
+            case REDUCE_PROD: acc = mul_(acc, v); break;
+            case REDUCE_L1: {
                 A m = v;
                 if constexpr ((A)-1 < (A)0) { if (v < (A)0) m = (A)((u64)0 - (u64)v); }
                 acc = add_(acc, m);
                 break;
             }
-            case 9: acc = add_(acc, mul_(v, v)); break;
+            case REDUCE_SUM_SQUARE: acc = add_(acc, mul_(v, v)); break;
             default: acc = add_(acc, v); break;
             }
         }
         acc = group_reduce(acc, Comb<A>{kind}, buf, L);
         if (live && L.lane == 0) {
-            if (op == 1 && s.count > 0) acc = acc / (A)s.count;
+            if (op == REDUCE_MEAN && s.count > 0) acc = acc / (A)s.count;
             y[o] = (T)acc;
         }
     }
@@ -287,7 +287,7 @@ __device__ void reduce_entry(const ReduceShape& s, const T* x, T* y) {
     __shared__ __align__(16) unsigned char raw[REDUCE_BLOCK * 8];
     if constexpr (IsInt<T>::v) {
         typedef typename IntAcc<T>::A A;
-        if (s.op == 6 || s.op == 7 || s.op == 8) reduce_real<T, double>(s, x, y, (double*)raw);
+        if (s.op == REDUCE_L2 || s.op == REDUCE_LOG_SUM || s.op == REDUCE_LOG_SUM_EXP) reduce_real<T, double>(s, x, y, (double*)raw);
         else reduce_exact<T, A>(s, x, y, (A*)raw);
     } else {
         typedef typename Num<T>::C A;
@@ -295,7 +295,7 @@ __device__ void reduce_entry(const ReduceShape& s, const T* x, T* y) {
     }
 }
 
-// ArgMax (op 0) / ArgMin (op 1) over one axis. As on the CPU: a NaN first
+// ArgMax (REDUCE_ARG_MAX) / ArgMin (REDUCE_ARG_MIN) over one axis. As on the CPU: a NaN first
 // element gives 0, later NaNs are skipped.
 template <typename T>
 __device__ void arg_entry(const ReduceShape& s, const T* x, i64* y) {
@@ -303,7 +303,7 @@ __device__ void arg_entry(const ReduceShape& s, const T* x, i64* y) {
     __shared__ __align__(16) unsigned char raw[REDUCE_BLOCK * sizeof(Best<C>)];
     Best<C>* buf = (Best<C>*)raw;
     const Lanes L = lanes_of(s);
-    const ArgComb<C> f{s.op == 0, s.last != 0};
+    const ArgComb<C> f{s.op == REDUCE_ARG_MAX, s.last != 0};
     const i64 per = L.groups;
     for (i64 first = (i64)blockIdx.x * per; first < s.outputs; first += (i64)gridDim.x * per) {
         const i64 o = first + L.group;
@@ -357,9 +357,8 @@ extern "C" __global__ void __launch_bounds__(REDUCE_BLOCK) reduce_bool(ReduceSha
 
 // ---------------------------------------------------------------- softmax family
 
-// Rows of `len` elements `inner` apart, `rows` of them; op 0 Softmax,
-// 1 LogSoftmax, 2 Hardmax. `vec`: the warp kernels may use 16-byte loads;
-// the block kernel caches its row in dynamic shared memory. `lanes`: the warp
+// Rows of `len` elements `inner` apart, `rows` of them; op a SOFTMAX_* code.
+// `vec`: the warp kernels may use 16-byte loads; the block kernel caches its row in dynamic shared memory. `lanes`: the warp
 // kernels' lanes per row.
 struct SoftmaxArgs { i64 rows; i64 len; i64 inner; int op; int vec; int lanes; int _pad; };
 
@@ -505,7 +504,7 @@ __device__ void softmax_warp(const SoftmaxArgs& a, const T* x, T* y) {
         row_begin<T, N>(r, row < a.rows ? (int)a.len : 0);
         const i64 at = row * a.len;
         load_row<T, N>(x + at, r, v, -inf);
-        if (a.op == 2) {
+        if (a.op == SOFTMAX_HARDMAX) {
             Best<C> b;
             b.v = (C)0;
             b.i = -1;
@@ -533,11 +532,11 @@ __device__ void softmax_warp(const SoftmaxArgs& a, const T* x, T* y) {
                 if (k < r.valid) {
                     const C e = exp(v[k] - m);
                     sum += e;
-                    if (a.op == 0) v[k] = e;
+                    if (a.op == SOFTMAX_SOFTMAX) v[k] = e;
                 }
             }
             sum = row_sum(sum, L);
-            if (a.op == 0) {
+            if (a.op == SOFTMAX_SOFTMAX) {
                 const C q = (C)1 / sum;
 #pragma unroll
                 for (int k = 0; k < N; ++k) v[k] *= q;
@@ -582,7 +581,7 @@ __device__ void softmax_block(const SoftmaxArgs& a, const T* x, T* y) {
     for (i64 row = blockIdx.x; row < a.rows; row += gridDim.x) {
         const T* xr = x + row * a.len;
         T* yr = y + row * a.len;
-        if (a.op == 2) {
+        if (a.op == SOFTMAX_HARDMAX) {
             const ArgComb<C> f{true, false};
             Best<C> b;
             b.v = (C)0;
@@ -618,7 +617,7 @@ __device__ void softmax_block(const SoftmaxArgs& a, const T* x, T* y) {
 #pragma unroll 4
         for (i64 e = t; e < a.len; e += B) {
             const C v = cached ? cache[e] : (C)ld(xr, e);
-            st(yr, e, a.op == 0 ? exp(v - m) * r : v - shift);
+            st(yr, e, a.op == SOFTMAX_SOFTMAX ? exp(v - m) * r : v - shift);
         }
         __syncthreads();
     }
@@ -633,7 +632,7 @@ __device__ void softmax_strided(const SoftmaxArgs& a, const T* x, T* y) {
     for (i64 t = thread_index(); t < a.rows; t += grid_stride()) {
         const i64 o = t / a.inner;
         const i64 base = o * a.len * a.inner + (t - o * a.inner);
-        if (a.op == 2) {
+        if (a.op == SOFTMAX_HARDMAX) {
             i64 best = 0;
             C bv = ld(x, base);
 #pragma unroll 4
@@ -656,7 +655,7 @@ __device__ void softmax_strided(const SoftmaxArgs& a, const T* x, T* y) {
         for (i64 k = 0; k < a.len; ++k) {
             const i64 i = base + k * a.inner;
             const C v = ld(x, i);
-            st(y, i, a.op == 0 ? exp(v - m) * r : v - shift);
+            st(y, i, a.op == SOFTMAX_SOFTMAX ? exp(v - m) * r : v - shift);
         }
     }
 }

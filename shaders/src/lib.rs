@@ -1,8 +1,10 @@
 //! Onyx's WGSL compute shaders, as data.
 //!
-//! Each shader is a real `.wgsl` file under `shaders/wgsl/`, valid on its own
-//! (a test parses and validates every one with naga). Kernels are specialized
-//! with pipeline `override` constants (op, dtypes, workgroup size) and read
+//! Each shader is a real `.wgsl` file under `shaders/wgsl/`, compiled with
+//! the generated `codes.wgsl` appended (the kernel codes of onyx-core's
+//! tables, written by `tools/codegen`), so that a shader switches on
+//! `UNARY_ABS`, not on a number kept by hand. A test parses and validates
+//! every shader with naga. Kernels are specialized with pipeline `override` constants (op, dtypes, workgroup size) and read
 //! shapes and strides from a small params buffer, so a new shape reuses the
 //! pipeline: no string templating, no shapes baked into source.
 
@@ -20,10 +22,17 @@ macro_rules! shaders {
             /// Every shader.
             pub const ALL: &'static [Shader] = &[$(Shader::$name,)*];
 
-            /// The WGSL source.
+            /// The WGSL source: the shader's file, then the generated codes
+            /// (WGSL lets a module use a constant declared below it, and
+            /// `enable` directives must come first), so error line numbers
+            /// are the file's own.
             pub fn source(self) -> &'static str {
                 match self {
-                    $(Shader::$name => include_str!(concat!("../wgsl/", $file)),)*
+                    $(Shader::$name => concat!(
+                        include_str!(concat!("../wgsl/", $file)),
+                        "\n",
+                        include_str!("../wgsl/codes.wgsl"),
+                    ),)*
                 }
             }
 

@@ -9,7 +9,7 @@
 enable f16;
 
 override WG: u32 = 256u;
-// The op, numbered as in binary_float.wgsl: 0 Add, 1 Sub, 2 Mul, 3 Div, 7 Max, 8 Min.
+// The op: BINARY_ADD, _SUB, _MUL, _DIV, _MAX or _MIN (codes.wgsl).
 override OP: u32 = 0u;
 
 @group(0) @binding(0) var<storage, read> p: array<u32>;
@@ -19,13 +19,13 @@ override OP: u32 = 0u;
 
 fn apply(x: vec4<f16>, z: vec4<f16>) -> vec4<f16> {
     switch OP {
-        case 0u: { return x + z; }
-        case 1u: { return x - z; }
-        case 2u: { return x * z; }
-        case 3u: { return x / z; }
+        case BINARY_ADD: { return x + z; }
+        case BINARY_SUB: { return x - z; }
+        case BINARY_MUL: { return x * z; }
+        case BINARY_DIV: { return x / z; }
         // Max and Min propagate NaN from either side, as numpy does.
-        case 7u: { return select(select(max(x, z), z, z != z), x, x != x); }
-        case 8u: { return select(select(min(x, z), z, z != z), x, x != x); }
+        case BINARY_MAX: { return select(select(max(x, z), z, z != z), x, x != x); }
+        case BINARY_MIN: { return select(select(min(x, z), z, z != z), x, x != x); }
         default: { return x; }
     }
 }

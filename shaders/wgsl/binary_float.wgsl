@@ -7,7 +7,7 @@
 // [26] a's element count (for the contiguous fast path).
 
 override WG: u32 = 256u;
-// The op, numbered as in onyx-wgpu's BinaryOp.
+// The op: a BINARY_* code (codes.wgsl).
 override OP: u32 = 0u;
 // ONNX dtype codes: 1 f32, 10 f16, 16 bf16 (inputs); the output may be 9 (bool).
 override DT_IN: u32 = 1u;
@@ -97,17 +97,17 @@ fn fmod(x: f32, m: f32) -> f32 {
 
 fn apply(x: f32, z: f32) -> f32 {
     switch OP {
-        case 0u: { return x + z; }
-        case 1u: { return x - z; }
-        case 2u: { return x * z; }
-        case 3u: { return x / z; }
-        case 4u: { return power(x, z); }
-        case 5u: { return fmod(x, z); }
-        case 6u: { return select(x, x * z, x < 0.0); }
-        case 7u: { if (x != x) { return x; } if (z != z) { return z; } return max(x, z); }
-        case 8u: { if (x != x) { return x; } if (z != z) { return z; } return min(x, z); }
+        case BINARY_ADD: { return x + z; }
+        case BINARY_SUB: { return x - z; }
+        case BINARY_MUL: { return x * z; }
+        case BINARY_DIV: { return x / z; }
+        case BINARY_POW: { return power(x, z); }
+        case BINARY_FMOD: { return fmod(x, z); }
+        case BINARY_PRELU: { return select(x, x * z, x < 0.0); }
+        case BINARY_MAX: { if (x != x) { return x; } if (z != z) { return z; } return max(x, z); }
+        case BINARY_MIN: { if (x != x) { return x; } if (z != z) { return z; } return min(x, z); }
         // Mod with fmod = 0 (numpy's mod): the remainder takes the divisor's sign.
-        case 9u: {
+        case BINARY_MOD: {
             let r = fmod(x, z);
             if (r != 0.0 && (r < 0.0) != (z < 0.0)) { return r + z; }
             return r;
@@ -118,11 +118,11 @@ fn apply(x: f32, z: f32) -> f32 {
 
 fn compare(x: f32, z: f32) -> bool {
     switch OP {
-        case 100u: { return x == z; }
-        case 101u: { return x < z; }
-        case 102u: { return x > z; }
-        case 103u: { return x <= z; }
-        case 104u: { return x >= z; }
+        case BINARY_EQUAL: { return x == z; }
+        case BINARY_LESS: { return x < z; }
+        case BINARY_GREATER: { return x > z; }
+        case BINARY_LESS_OR_EQUAL: { return x <= z; }
+        case BINARY_GREATER_OR_EQUAL: { return x >= z; }
         default: { return false; }
     }
 }

@@ -8,7 +8,7 @@
 // [10..18) strides of a, [18..26) strides of b.
 
 override WG: u32 = 256u;
-// The op, numbered as in onyx-wgpu's BinaryOp.
+// The op: a BINARY_* code (codes.wgsl).
 override OP: u32 = 0u;
 // ONNX dtype codes: 2 u8, 3 i8, 4 u16, 5 i16, 6 i32, 12 u32, 7 i64, 13 u64, 9 bool.
 override DT_IN: u32 = 6u;
@@ -184,26 +184,26 @@ fn rem64(x: vec2<u32>, z: vec2<u32>) -> vec2<u32> {
 fn apply(x: vec2<u32>, z: vec2<u32>) -> vec2<u32> {
     let s = signed();
     switch OP {
-        case 0u: { return add64(x, z); }
-        case 1u: { return sub64(x, z); }
-        case 2u: { return mul64(x, z); }
-        case 3u: { return div64(x, z); }
+        case BINARY_ADD: { return add64(x, z); }
+        case BINARY_SUB: { return sub64(x, z); }
+        case BINARY_MUL: { return mul64(x, z); }
+        case BINARY_DIV: { return div64(x, z); }
         // Mod with fmod = 1: the sign of the dividend.
-        case 5u: { return rem64(x, z); }
-        case 6u: { return select(x, mul64(x, z), is_neg(x)); }
-        case 7u: { return select(x, z, lt64(x, z, s)); }
-        case 8u: { return select(x, z, lt64(z, x, s)); }
+        case BINARY_FMOD: { return rem64(x, z); }
+        case BINARY_PRELU: { return select(x, mul64(x, z), is_neg(x)); }
+        case BINARY_MAX: { return select(x, z, lt64(x, z, s)); }
+        case BINARY_MIN: { return select(x, z, lt64(z, x, s)); }
         // Mod with fmod = 0: the sign of the divisor.
-        case 9u: {
+        case BINARY_MOD: {
             let r = rem64(x, z);
             if ((r.x != 0u || r.y != 0u) && (is_neg(r) != is_neg(z))) { return add64(r, z); }
             return r;
         }
-        case 10u: { return shl64(x, select(z.x, 64u, z.y != 0u)); }
-        case 11u: { return shr64(x, select(z.x, 64u, z.y != 0u)); }
-        case 12u: { return x & z; }
-        case 13u: { return x | z; }
-        case 14u: { return x ^ z; }
+        case BINARY_BIT_SHIFT_LEFT: { return shl64(x, select(z.x, 64u, z.y != 0u)); }
+        case BINARY_BIT_SHIFT_RIGHT: { return shr64(x, select(z.x, 64u, z.y != 0u)); }
+        case BINARY_BITWISE_AND: { return x & z; }
+        case BINARY_BITWISE_OR: { return x | z; }
+        case BINARY_BITWISE_XOR: { return x ^ z; }
         default: { return x; }
     }
 }
@@ -213,14 +213,14 @@ fn predicate(x: vec2<u32>, z: vec2<u32>) -> bool {
     let bx = x.x != 0u || x.y != 0u;
     let bz = z.x != 0u || z.y != 0u;
     switch OP {
-        case 20u: { return bx && bz; }
-        case 21u: { return bx || bz; }
-        case 22u: { return bx != bz; }
-        case 100u: { return eq64(x, z); }
-        case 101u: { return lt64(x, z, s); }
-        case 102u: { return lt64(z, x, s); }
-        case 103u: { return !lt64(z, x, s); }
-        case 104u: { return !lt64(x, z, s); }
+        case BINARY_AND: { return bx && bz; }
+        case BINARY_OR: { return bx || bz; }
+        case BINARY_XOR: { return bx != bz; }
+        case BINARY_EQUAL: { return eq64(x, z); }
+        case BINARY_LESS: { return lt64(x, z, s); }
+        case BINARY_GREATER: { return lt64(z, x, s); }
+        case BINARY_LESS_OR_EQUAL: { return !lt64(z, x, s); }
+        case BINARY_GREATER_OR_EQUAL: { return !lt64(x, z, s); }
         default: { return false; }
     }
 }

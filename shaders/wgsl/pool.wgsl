@@ -8,7 +8,7 @@
 // [19..22) pads after, [22] count_include_pad, [23] storage_order.
 
 override WG: u32 = 256u;
-// 0 max, 1 average.
+// A POOL_* code (codes.wgsl).
 override OP: u32 = 0u;
 override INDICES: bool = false;
 
@@ -47,12 +47,12 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
                 let inside = p0 >= 0 && p0 < i32(id.x) && p1 >= 0 && p1 < i32(id.y) && p2 >= 0 && p2 < i32(id.z);
                 if (!inside) {
                     let padded = p0 < i32(id.x) + pe.x && p1 < i32(id.y) + pe.y && p2 < i32(id.z) + pe.z;
-                    if (OP == 1u && p[22] == 1u && padded) { count = count + 1u; }
+                    if (OP == POOL_AVERAGE && p[22] == 1u && padded) { count = count + 1u; }
                     continue;
                 }
                 let flat = (u32(p0) * id.y + u32(p1)) * id.z + u32(p2);
                 let v = x[base + flat];
-                if (OP == 0u) {
+                if (OP == POOL_MAX) {
                     if (best_at == 0xffffffffu || v > best || v != v) {
                         best = v;
                         if (p[23] == 1u) {
@@ -69,7 +69,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
             }
         }
     }
-    if (OP == 0u) {
+    if (OP == POOL_MAX) {
         y[i] = best;
         if (INDICES) {
             idx[2u * i] = plane * ispatial + best_at;

@@ -8,8 +8,7 @@
 // [37] +infinity as f32 bits (WGSL constants may not be infinite).
 
 override WG: u32 = 256u;
-// 0 Sum, 1 Mean, 2 Max, 3 Min, 4 Prod, 5 L1, 6 L2, 7 LogSum, 8 LogSumExp,
-// 9 SumSquare, 20 ArgMax, 21 ArgMin.
+// A REDUCE_* code (codes.wgsl).
 override OP: u32 = 0u;
 
 @group(0) @binding(0) var<storage, read> p: array<u32>;
@@ -53,27 +52,27 @@ fn offset_of(r: u32) -> u32 {
 fn identity() -> f32 {
     let inf = bitcast<f32>(p[37]);
     switch OP {
-        case 2u, 20u: { return -inf; }
-        case 3u, 21u: { return inf; }
-        case 4u: { return 1.0; }
+        case REDUCE_MAX, REDUCE_ARG_MAX: { return -inf; }
+        case REDUCE_MIN, REDUCE_ARG_MIN: { return inf; }
+        case REDUCE_PROD: { return 1.0; }
         default: { return 0.0; }
     }
 }
 
 fn combine(a: f32, b: f32) -> f32 {
     switch OP {
-        case 2u: { if (a != a || b != b) { return a + b; } return max(a, b); }
-        case 3u: { if (a != a || b != b) { return a + b; } return min(a, b); }
-        case 4u: { return a * b; }
+        case REDUCE_MAX: { if (a != a || b != b) { return a + b; } return max(a, b); }
+        case REDUCE_MIN: { if (a != a || b != b) { return a + b; } return min(a, b); }
+        case REDUCE_PROD: { return a * b; }
         default: { return a + b; }
     }
 }
 
 fn term(v: f32, peak: f32) -> f32 {
     switch OP {
-        case 5u: { return abs(v); }
-        case 6u, 9u: { return v * v; }
-        case 8u: { return exp(v - peak); }
+        case REDUCE_L1: { return abs(v); }
+        case REDUCE_L2, REDUCE_SUM_SQUARE: { return v * v; }
+        case REDUCE_LOG_SUM_EXP: { return exp(v - peak); }
         default: { return v; }
     }
 }
@@ -83,13 +82,13 @@ fn tree(lid: u32) {
     for (var s = WG / 2u; s > 0u; s = s / 2u) {
         workgroupBarrier();
         if (lid < s) {
-            if (OP == 20u || OP == 21u) {
+            if (OP == REDUCE_ARG_MAX || OP == REDUCE_ARG_MIN) {
                 let a = acc[lid];
                 let b = acc[lid + s];
                 let ia = arg[lid];
                 let ib = arg[lid + s];
                 var better = false;
-                if (OP == 20u) { better = b > a; } else { better = b < a; }
+                if (OP == REDUCE_ARG_MAX) { better = b > a; } else { better = b < a; }
                 if (b == a) {
                     if (p[36] == 1u) { better = ib > ia; } else { better = ib < ia; }
                 }
@@ -111,7 +110,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let count = p[1];
     let base = base_of(o);
     var peak = 0.0;
-    if (OP == 8u) {
+    if (OP == REDUCE_LOG_SUM_EXP) {
         var m = identity();
         for (var r = lid; r < count; r = r + WG) { m = max(m, x[base + offset_of(r)]); }
         acc[lid] = m;
@@ -124,13 +123,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         workgroupBarrier();
         if (abs(peak) == bitcast<f32>(p[37])) { peak = 0.0; }
     }
-    if (OP == 20u || OP == 21u) {
+    if (OP == REDUCE_ARG_MAX || OP == REDUCE_ARG_MIN) {
         var best = identity();
         var at = 0xffffffffu;
         for (var r = lid; r < count; r = r + WG) {
             let v = x[base + offset_of(r)];
             var better = false;
-            if (OP == 20u) { better = v > best; } else { better = v < best; }
+            if (OP == REDUCE_ARG_MAX) { better = v > best; } else { better = v < best; }
             if (at == 0xffffffffu || better || (v == best && p[36] == 1u)) { best = v; at = r; }
         }
         acc[lid] = best;
@@ -149,10 +148,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     if (lid == 0u) {
         var v = acc[0];
         switch OP {
-            case 1u: { v = v / f32(count); }
-            case 6u: { v = sqrt(v); }
-            case 7u: { v = ln(v); }
-            case 8u: { v = peak + ln(v); }
+            case REDUCE_MEAN: { v = v / f32(count); }
+            case REDUCE_L2: { v = sqrt(v); }
+            case REDUCE_LOG_SUM: { v = ln(v); }
+            case REDUCE_LOG_SUM_EXP: { v = peak + ln(v); }
             default: {}
         }
         y[o] = bitcast<u32>(v);

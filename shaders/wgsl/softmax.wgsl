@@ -12,7 +12,7 @@
 
 override WG: u32 = 256u;
 override LANES: u32 = 256u;
-// 0 Softmax, 1 LogSoftmax, 2 Hardmax.
+// A SOFTMAX_* code (codes.wgsl).
 override OP: u32 = 0u;
 
 @group(0) @binding(0) var<storage, read> p: array<u32>;
@@ -54,7 +54,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     var any = 0u;
     for (var k = lane; k < len; k = k + LANES) {
         let v = x[at(row, k)];
-        if (OP == 2u) {
+        if (OP == SOFTMAX_HARDMAX) {
             // First maximum wins: indices only grow within an invocation.
             if (any == 0u || v > m) { m = v; s = bitcast<f32>(k); }
         } else if (any == 0u) {
@@ -79,7 +79,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
                 peaks[lid] = mb;
                 sums[lid] = sb;
                 seen[lid] = 1u;
-            } else if (OP == 2u) {
+            } else if (OP == SOFTMAX_HARDMAX) {
                 let ib = bitcast<u32>(sb);
                 if (mb > peaks[lid] || (mb == peaks[lid] && ib < bitcast<u32>(sums[lid]))) {
                     peaks[lid] = mb;
@@ -95,13 +95,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     workgroupBarrier();
     let peak = peaks[seg];
     let total = sums[seg];
-    if (OP == 2u) {
+    if (OP == SOFTMAX_HARDMAX) {
         let first = bitcast<u32>(total);
         for (var k = lane; k < len; k = k + LANES) { y[at(row, k)] = select(0.0, 1.0, k == first); }
         return;
     }
     for (var k = lane; k < len; k = k + LANES) {
         let v = x[at(row, k)];
-        if (OP == 1u) { y[at(row, k)] = v - peak - log(total); } else { y[at(row, k)] = exp(v - peak) / total; }
+        if (OP == SOFTMAX_LOG_SOFTMAX) { y[at(row, k)] = v - peak - log(total); } else { y[at(row, k)] = exp(v - peak) / total; }
     }
 }

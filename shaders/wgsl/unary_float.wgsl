@@ -6,7 +6,7 @@
 // [3] gamma (f32 bits).
 
 override WG: u32 = 256u;
-// The function, numbered as in onyx-wgpu's UnaryOp.
+// The function: a UNARY_* code (codes.wgsl).
 override OP: u32 = 0u;
 // ONNX dtype codes: 1 f32, 10 f16, 16 bf16; the output may also be 9 (bool).
 override DT_IN: u32 = 1u;
@@ -117,64 +117,64 @@ fn apply(v: f32) -> f32 {
     let beta = bitcast<f32>(p[2]);
     let gamma = bitcast<f32>(p[3]);
     switch OP {
-        case 0u: { return abs(v); }
-        case 1u: { return -v; }
-        case 2u: { return exp(v); }
-        case 3u: { return ln(v); }
-        case 4u: { return sqrt(v); }
-        case 5u: { return 1.0 / v; }
-        case 6u: { return floor(v); }
-        case 7u: { return ceil(v); }
-        case 8u: { return round_even(v); }
-        case 9u: { if (is_nan(v)) { return v; } return sign(v); }
-        case 10u: { return sin(v); }
-        case 11u: { return cos(v); }
-        case 12u: { return tan(v); }
-        case 13u: { return asin(v); }
-        case 14u: { return acos(v); }
-        case 15u: { return atan(v); }
-        case 16u: { return sinh(v); }
-        case 17u: { return cosh(v); }
-        case 18u: { return asinh(v); }
-        case 19u: { return acosh(v); }
-        case 20u: { return atanh(v); }
-        case 21u: { return select(v, 0.0, v < 0.0); }
-        case 22u: { return sigmoid(v); }
-        case 23u: { return tanh_safe(v); }
-        case 24u: { return erf(v); }
-        case 25u: { return softplus(v); }
-        case 26u: { return v / (1.0 + abs(v)); }
-        case 27u: { return select(v, alpha * v, v < 0.0); }
-        case 28u: { return select(v, alpha * (exp(v) - 1.0), v < 0.0); }
-        case 29u: { return select(gamma * alpha * (exp(v) - 1.0), gamma * v, v > 0.0); }
-        case 30u: { return clamp(alpha * v + beta, 0.0, 1.0); }
-        case 31u: { return v * clamp(v / 6.0 + 0.5, 0.0, 1.0); }
-        case 32u: { return max(v, 0.0) + min(0.0, alpha * (exp(v / alpha) - 1.0)); }
-        case 33u: { return select(0.0, v, v > alpha); }
-        case 34u: { return v * tanh_safe(softplus(v)); }
-        case 35u: { return 0.5 * v * (1.0 + erf(v * 0.70710678118654752)); }
-        case 36u: {
+        case UNARY_ABS: { return abs(v); }
+        case UNARY_NEG: { return -v; }
+        case UNARY_EXP: { return exp(v); }
+        case UNARY_LOG: { return ln(v); }
+        case UNARY_SQRT: { return sqrt(v); }
+        case UNARY_RECIPROCAL: { return 1.0 / v; }
+        case UNARY_FLOOR: { return floor(v); }
+        case UNARY_CEIL: { return ceil(v); }
+        case UNARY_ROUND: { return round_even(v); }
+        case UNARY_SIGN: { if (is_nan(v)) { return v; } return sign(v); }
+        case UNARY_SIN: { return sin(v); }
+        case UNARY_COS: { return cos(v); }
+        case UNARY_TAN: { return tan(v); }
+        case UNARY_ASIN: { return asin(v); }
+        case UNARY_ACOS: { return acos(v); }
+        case UNARY_ATAN: { return atan(v); }
+        case UNARY_SINH: { return sinh(v); }
+        case UNARY_COSH: { return cosh(v); }
+        case UNARY_ASINH: { return asinh(v); }
+        case UNARY_ACOSH: { return acosh(v); }
+        case UNARY_ATANH: { return atanh(v); }
+        case UNARY_RELU: { return select(v, 0.0, v < 0.0); }
+        case UNARY_SIGMOID: { return sigmoid(v); }
+        case UNARY_TANH: { return tanh_safe(v); }
+        case UNARY_ERF: { return erf(v); }
+        case UNARY_SOFTPLUS: { return softplus(v); }
+        case UNARY_SOFTSIGN: { return v / (1.0 + abs(v)); }
+        case UNARY_LEAKY_RELU: { return select(v, alpha * v, v < 0.0); }
+        case UNARY_ELU: { return select(v, alpha * (exp(v) - 1.0), v < 0.0); }
+        case UNARY_SELU: { return select(gamma * alpha * (exp(v) - 1.0), gamma * v, v > 0.0); }
+        case UNARY_HARD_SIGMOID: { return clamp(alpha * v + beta, 0.0, 1.0); }
+        case UNARY_HARD_SWISH: { return v * clamp(v / 6.0 + 0.5, 0.0, 1.0); }
+        case UNARY_CELU: { return max(v, 0.0) + min(0.0, alpha * (exp(v / alpha) - 1.0)); }
+        case UNARY_THRESHOLDED_RELU: { return select(0.0, v, v > alpha); }
+        case UNARY_MISH: { return v * tanh_safe(softplus(v)); }
+        case UNARY_GELU: { return 0.5 * v * (1.0 + erf(v * 0.70710678118654752)); }
+        case UNARY_GELU_TANH: {
             let k = 0.7978845608028654;
             return 0.5 * v * (1.0 + tanh_safe(k * (v + 0.044715 * v * v * v)));
         }
-        case 37u: {
+        case UNARY_SHRINK: {
             if (v < -beta) { return v + alpha; }
             if (v > beta) { return v - alpha; }
             return 0.0;
         }
         // Clip: alpha = min, beta = max.
-        case 38u: { return min(max(v, alpha), beta); }
+        case UNARY_CLIP: { return min(max(v, alpha), beta); }
         // Scale by alpha (Mean's final division).
-        case 39u: { return v * alpha; }
+        case UNARY_SCALE: { return v * alpha; }
         default: { return v; }
     }
 }
 
 fn predicate(v: f32) -> bool {
     switch OP {
-        case 100u: { return is_nan(v); }
+        case UNARY_IS_NAN: { return is_nan(v); }
         // IsInf: alpha > 0 detects +inf, beta > 0 detects -inf.
-        case 101u: {
+        case UNARY_IS_INF: {
             let pos = bitcast<f32>(p[1]) > 0.0;
             let neg = bitcast<f32>(p[2]) > 0.0;
             return is_inf(v) && ((v > 0.0 && pos) || (v < 0.0 && neg));

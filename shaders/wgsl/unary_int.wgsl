@@ -5,7 +5,7 @@
 // Params (u32 words): [0] element count.
 
 override WG: u32 = 256u;
-// 0 Abs, 1 Neg, 2 Sign, 3 Relu, 4 BitwiseNot, 5 Not (bool).
+// The function: a UNARY_INT_* code (codes.wgsl); UNARY_INT_NOT is for bool.
 override OP: u32 = 0u;
 // ONNX dtype codes: 2 u8, 3 i8, 4 u16, 5 i16, 6 i32, 12 u32, 7 i64, 13 u64, 9 bool.
 override DT: u32 = 6u;
@@ -40,16 +40,16 @@ fn apply(v: vec2<u32>) -> vec2<u32> {
     let negative = signed() && bitcast<i32>(v.y) < 0;
     let zero = v.x == 0u && v.y == 0u;
     switch OP {
-        case 0u: { return select(v, neg64(v), negative); }
-        case 1u: { return neg64(v); }
-        case 2u: {
+        case UNARY_INT_ABS: { return select(v, neg64(v), negative); }
+        case UNARY_INT_NEG: { return neg64(v); }
+        case UNARY_INT_SIGN: {
             if (zero) { return vec2<u32>(0u, 0u); }
             if (negative) { return vec2<u32>(0xffffffffu, 0xffffffffu); }
             return vec2<u32>(1u, 0u);
         }
-        case 3u: { return select(v, vec2<u32>(0u, 0u), negative); }
-        case 4u: { return vec2<u32>(~v.x, ~v.y); }
-        case 5u: { return vec2<u32>(select(0u, 1u, zero), 0u); }
+        case UNARY_INT_RELU: { return select(v, vec2<u32>(0u, 0u), negative); }
+        case UNARY_INT_BITWISE_NOT: { return vec2<u32>(~v.x, ~v.y); }
+        case UNARY_INT_NOT: { return vec2<u32>(select(0u, 1u, zero), 0u); }
         default: { return v; }
     }
 }

@@ -18,7 +18,6 @@
 
 #![warn(missing_docs)]
 
-mod engine;
 mod error;
 mod js;
 mod options;

@@ -16,18 +16,10 @@ pub(crate) enum Ep {
     Cpu,
 }
 
-impl Ep {
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            Ep::WebGpu => "webgpu",
-            Ep::Cpu => "cpu",
-        }
-    }
-}
-
 /// The settings of `InferenceSession.create`.
 pub(crate) struct CreateOptions {
-    /// Tried in order; the first that opens wins.
+    /// The first is the session's device; unless `strict`, the CPU stands in
+    /// for a device that does not open and runs what the device cannot.
     pub(crate) providers: Vec<Ep>,
     /// Release intermediates at last use (default on).
     pub(crate) release: bool,
@@ -144,20 +136,4 @@ async fn fetch(url: &str) -> Result<Vec<u8>, String> {
         array_buffer.call0(&response).map_err(describe)?.unchecked_into();
     let body = JsFuture::from(promise).await.map_err(describe)?;
     Ok(Uint8Array::new(&body).to_vec())
-}
-
-/// Whether the global scope exposes `navigator.gpu`.
-pub(crate) fn has_webgpu() -> bool {
-    let navigator = get(&js_sys::global(), "navigator");
-    !navigator.is_undefined() && !get(&navigator, "gpu").is_undefined()
-}
-
-/// `performance.now()` in milliseconds (0 where there is no `performance`).
-pub(crate) fn now_ms() -> f64 {
-    let performance = get(&js_sys::global(), "performance");
-    let now = get(&performance, "now");
-    now.dyn_ref::<js_sys::Function>()
-        .and_then(|f| f.call0(&performance).ok())
-        .and_then(|v| v.as_f64())
-        .unwrap_or(0.0)
 }

@@ -15,14 +15,14 @@ pub(crate) struct Adapter {
     pub(crate) max_binding_bytes: u64,
 }
 
-impl From<&onyx_wgpu::AdapterSummary> for Adapter {
-    fn from(a: &onyx_wgpu::AdapterSummary) -> Self {
+impl From<&onyx::Adapter> for Adapter {
+    fn from(a: &onyx::Adapter) -> Self {
         Adapter {
             name: a.name.clone(),
             backend: a.backend.clone(),
             device_type: a.device_type.clone(),
             shader_f16: a.shader_f16,
-            max_binding_bytes: a.max_binding,
+            max_binding_bytes: a.max_binding_bytes,
         }
     }
 }
@@ -135,6 +135,48 @@ pub(crate) struct MemoryReport {
     pub(crate) latency_ms: f64,
     pub(crate) devices: Vec<DeviceFigures>,
     pub(crate) timeline: Vec<TimelinePoint>,
+}
+
+impl MemoryReport {
+    /// The JavaScript report of a run: the top-level figures are every
+    /// device's together (each device's peak is its own bound).
+    pub(crate) fn of(out: &onyx::RunOutputs, release: bool) -> MemoryReport {
+        let m = &out.memory;
+        let devices: Vec<DeviceFigures> = m
+            .devices
+            .iter()
+            .map(|d| DeviceFigures {
+                device: d.device.clone(),
+                peak_bytes: d.peak_bytes,
+                no_release_bytes: d.no_release_bytes,
+                live_set_bound_bytes: d.live_set_bound_bytes,
+                arena_bytes: d.arena_bytes,
+                weight_bytes: d.weight_bytes,
+            })
+            .collect();
+        let sum = |f: fn(&DeviceFigures) -> u64| devices.iter().map(f).sum();
+        MemoryReport {
+            peak_bytes: sum(|d| d.peak_bytes),
+            no_release_bytes: sum(|d| d.no_release_bytes),
+            live_set_bound_bytes: sum(|d| d.live_set_bound_bytes),
+            releases: m.releases,
+            weight_bytes: sum(|d| d.weight_bytes),
+            release_dead_values: release,
+            latency_ms: out.latency.as_secs_f64() * 1e3,
+            timeline: m
+                .timeline
+                .iter()
+                .map(|p| TimelinePoint {
+                    step: p.step.clone(),
+                    live_bytes: p.live_bytes,
+                    allocated_bytes: p.allocated_bytes,
+                    measured_bytes: p.measured_bytes,
+                    ms: p.ms,
+                })
+                .collect(),
+            devices,
+        }
+    }
 }
 
 /// A plain JavaScript object (maps as objects, numbers as numbers).

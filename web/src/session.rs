@@ -1,32 +1,42 @@
 //! `InferenceSession`: create, describe, run, report memory, release.
 
+use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
 
 use bytes::Bytes;
 use js_sys::{Array, Object, Promise, Reflect};
-use onyx_core::graph::ValueInfo;
-use onyx_core::onnx::external::MemoryExternalData;
-use onyx_core::shape::Dim as ShapeDim;
-use onyx_core::tensor::{Tensor as HostTensor, Value};
+use onyx::Tensor as HostTensor;
+use onyx::core::onnx::external::MemoryExternalData;
+use onyx::core::shape::Dim as ShapeDim;
+use onyx::{IoInfo, RunConfig, Session, Value};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::future_to_promise;
 
-use crate::engine::Engine;
 use crate::error::js_error;
 use crate::js::get;
-use crate::options::{self, bytes_of};
-use crate::report::{Description, DeviceSummary, Dim, IoMetadata, NodePlacement, to_js};
+use crate::options::{self, Ep, bytes_of};
+use crate::report::{
+    Adapter, Description, DeviceSummary, Dim, IoMetadata, MemoryReport, NodePlacement, to_js,
+};
 use crate::tensor::{Tensor, host_tensor};
 
 /// A model compiled for WebGPU (with per-node CPU fallback) or the CPU.
 #[wasm_bindgen]
 pub struct InferenceSession {
     /// `None` once released.
-    engine: Option<Rc<Engine>>,
+    live: Option<Rc<Live>>,
 }
 
-fn metadata(info: &ValueInfo) -> IoMetadata {
+/// An open session and what the JavaScript API keeps beside it.
+struct Live {
+    session: Session,
+    /// A run is in flight (runs on one session do not overlap).
+    running: Cell<bool>,
+    last: RefCell<Option<MemoryReport>>,
+}
+
+fn metadata(info: &IoInfo) -> IoMetadata {
     let declared = info.declared.as_ref();
     IoMetadata {
         name: info.name.clone(),
@@ -108,61 +118,70 @@ impl InferenceSession {
                 .insert(path, Bytes::from(data))
                 .map_err(|e| js_error(&format!("external data '{path}'"), &e))?;
         }
-        let model = onyx_core::onnx::load_model_bytes(Bytes::from(bytes), &external)
-            .map_err(|e| js_error("loading the model", &e))?;
-        let engine = Engine::new(model, &opts)
+        // The first provider listed is the device. Unless strict, the CPU
+        // stands in for a device that does not open, and runs the nodes the
+        // device has no kernel for.
+        let device = match opts.providers[0] {
+            Ep::WebGpu => "webgpu",
+            Ep::Cpu => "cpu",
+        };
+        let session = Session::builder()
+            .with_device(device)
+            .with_strict(opts.strict)
+            .with_release_dead_values(opts.release)
+            .commit_from_bytes_async(Bytes::from(bytes), Some(&external))
             .await
-            .map_err(|e| JsError::new(&format!("creating a session: {e}")))?;
-        Ok(InferenceSession { engine: Some(Rc::new(engine)) })
+            .map_err(|e| js_error("creating a session", &e))?;
+        if let Some(reason) = session.fallback() {
+            web_sys::console::warn_1(&format!("onyx: webgpu: {reason}; running on the cpu").into());
+        }
+        Ok(InferenceSession {
+            live: Some(Rc::new(Live {
+                session,
+                running: Cell::new(false),
+                last: RefCell::new(None),
+            })),
+        })
     }
 
-    fn engine(&self) -> Result<&Rc<Engine>, JsError> {
-        self.engine.as_ref().ok_or_else(|| JsError::new("the session was released"))
+    fn live(&self) -> Result<&Rc<Live>, JsError> {
+        self.live.as_ref().ok_or_else(|| JsError::new("the session was released"))
     }
 
-    fn io_names(&self, outputs: bool) -> Vec<String> {
-        self.engine.as_ref().map_or_else(Vec::new, |e| {
-            let g = &e.model.graph;
-            let ids = if outputs { &g.outputs } else { &g.inputs };
-            ids.iter().map(|&v| g.value(v).name.clone()).collect()
+    fn io(&self, outputs: bool) -> Vec<IoInfo> {
+        self.live.as_ref().map_or_else(Vec::new, |l| {
+            if outputs { l.session.outputs() } else { l.session.inputs() }
         })
     }
 
     /// The names of the inputs a caller feeds.
     #[wasm_bindgen(getter, js_name = inputNames)]
     pub fn input_names(&self) -> Vec<String> {
-        self.io_names(false)
+        self.io(false).into_iter().map(|i| i.name).collect()
     }
 
     /// The names of the outputs.
     #[wasm_bindgen(getter, js_name = outputNames)]
     pub fn output_names(&self) -> Vec<String> {
-        self.io_names(true)
-    }
-
-    fn io_metadata(&self, outputs: bool) -> JsValue {
-        let Some(e) = &self.engine else { return Array::new().into() };
-        let g = &e.model.graph;
-        let ids = if outputs { &g.outputs } else { &g.inputs };
-        to_js(&ids.iter().map(|&v| metadata(g.value(v))).collect::<Vec<_>>())
+        self.io(true).into_iter().map(|i| i.name).collect()
     }
 
     /// `[{ name, isTensor, type, shape }]` of the inputs; symbolic dims are names.
     #[wasm_bindgen(getter, js_name = inputMetadata, unchecked_return_type = "ValueMetadata[]")]
     pub fn input_metadata(&self) -> JsValue {
-        self.io_metadata(false)
+        to_js(&self.io(false).iter().map(metadata).collect::<Vec<_>>())
     }
 
     /// `[{ name, isTensor, type, shape }]` of the outputs.
     #[wasm_bindgen(getter, js_name = outputMetadata, unchecked_return_type = "ValueMetadata[]")]
     pub fn output_metadata(&self) -> JsValue {
-        self.io_metadata(true)
+        to_js(&self.io(true).iter().map(metadata).collect::<Vec<_>>())
     }
 
     /// The execution provider in use: `webgpu` or `cpu`.
     #[wasm_bindgen(getter, js_name = executionProvider)]
     pub fn execution_provider(&self) -> Option<String> {
-        self.engine.as_ref().map(|e| e.ep.name().to_string())
+        self.live.as_ref().map(|l| provider_name(l.session.device()).to_string())
     }
 
     /// The model and its placement: inputs, outputs, op histogram, the device
@@ -172,44 +191,42 @@ impl InferenceSession {
     /// An `Error` after `release()`.
     #[wasm_bindgen(unchecked_return_type = "ModelDescription")]
     pub fn describe(&self) -> Result<JsValue, JsError> {
-        let e = self.engine()?;
-        let g = &e.model.graph;
+        let s = &self.live()?.session;
+        let model = s.model();
         let mut hist: BTreeMap<&str, usize> = BTreeMap::new();
-        for n in &g.nodes {
+        for n in &model.graph.nodes {
             *hist.entry(n.op_type.as_str()).or_default() += 1;
         }
         let mut ops: Vec<(String, usize)> = hist.into_iter().map(|(k, v)| (k.into(), v)).collect();
         ops.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-        let names: Vec<String> = e.providers.iter().map(|p| p.name()).collect();
-        let kernels = e.program.kernels_per_provider(names.len());
-        let weights = e.program.weight_bytes(names.len());
+        let weights = s.weight_bytes_per_device();
         let description = Description {
-            execution_provider: e.ep.name().into(),
-            adapter: e.adapter.clone(),
-            skipped: e.skipped.clone(),
-            producer: e.model.producer.clone(),
-            opsets: e.model.opsets.iter().map(|(d, v)| (d.clone(), *v)).collect(),
-            inputs: g.inputs.iter().map(|&v| metadata(g.value(v))).collect(),
-            outputs: g.outputs.iter().map(|&v| metadata(g.value(v))).collect(),
+            execution_provider: provider_name(s.device()).into(),
+            adapter: s.adapter().map(Adapter::from),
+            skipped: s.fallback().map(|f| format!("webgpu: {f}")).into_iter().collect(),
+            producer: model.producer.clone(),
+            opsets: model.opsets.iter().map(|(d, v)| (d.clone(), *v)).collect(),
+            inputs: s.inputs().iter().map(metadata).collect(),
+            outputs: s.outputs().iter().map(metadata).collect(),
             ops,
-            nodes: e
-                .program
+            nodes: s
                 .placement()
                 .into_iter()
-                .map(|(n, p)| NodePlacement {
+                .map(|(n, device)| NodePlacement {
                     name: n.name,
                     op: n.op_type,
                     domain: n.domain,
-                    device: names[p].clone(),
+                    device,
                 })
                 .collect(),
-            devices: names
-                .iter()
-                .enumerate()
-                .map(|(i, d)| DeviceSummary {
-                    device: d.clone(),
-                    kernels: kernels[i],
-                    weight_bytes: weights[i],
+            devices: s
+                .kernels_per_device()
+                .into_iter()
+                .zip(weights)
+                .map(|((device, kernels), (_, weight_bytes))| DeviceSummary {
+                    device,
+                    kernels,
+                    weight_bytes,
                 })
                 .collect(),
         };
@@ -232,8 +249,8 @@ impl InferenceSession {
         #[wasm_bindgen(unchecked_param_type = "RunOptions")] options: Option<Object>,
     ) -> Result<Promise, JsError> {
         let options = options.map_or(JsValue::UNDEFINED, JsValue::from);
-        let engine = self.engine()?.clone();
-        if engine.running.get() {
+        let live = self.live()?.clone();
+        if live.running.get() {
             return Err(JsError::new(
                 "a run is already in progress on this session; await it first",
             ));
@@ -241,8 +258,7 @@ impl InferenceSession {
         if !feeds.is_object() {
             return Err(JsError::new("feeds must be an object of input name → Tensor"));
         }
-        let g = &engine.model.graph;
-        let names: Vec<String> = g.inputs.iter().map(|&v| g.value(v).name.clone()).collect();
+        let names: Vec<String> = live.session.inputs().into_iter().map(|i| i.name).collect();
         for key in Object::keys(feeds.unchecked_ref::<Object>()).iter() {
             let key = key.as_string().unwrap_or_default();
             if !names.contains(&key) {
@@ -253,23 +269,34 @@ impl InferenceSession {
             }
         }
         let mut inputs = Vec::with_capacity(names.len());
-        for name in &names {
-            let value = get(&feeds, name);
+        for name in names {
+            let value = get(&feeds, &name);
             if value.is_undefined() {
                 return Err(JsError::new(&format!("input '{name}': not provided")));
             }
-            inputs.push(Value::Tensor(tensor_of(name, &value)?));
+            let t = tensor_of(&name, &value)?;
+            inputs.push((name, Value::Tensor(t)));
         }
-        let release = get(&options, "releaseDeadValues").as_bool().unwrap_or(engine.release);
-        let profile = get(&options, "profile").as_bool().unwrap_or(false);
-        let outputs: Vec<String> = g.outputs.iter().map(|&v| g.value(v).name.clone()).collect();
-        engine.running.set(true);
+        let config = RunConfig {
+            release_dead_values: get(&options, "releaseDeadValues").as_bool(),
+            profile: get(&options, "profile").as_bool().unwrap_or(false),
+            host_cost: false,
+        };
+        live.running.set(true);
         Ok(future_to_promise(async move {
-            let result = engine.run(inputs, release, profile).await;
-            engine.running.set(false);
+            let result = live.session.run_with_async(inputs, config).await;
+            live.running.set(false);
             match result {
-                Ok(values) => Ok(outputs_object(&outputs, values).into()),
-                Err(e) => Err(JsError::new(&e).into()),
+                Ok(out) => {
+                    let release =
+                        config.release_dead_values.unwrap_or(live.session.release_dead_values());
+                    *live.last.borrow_mut() = Some(MemoryReport::of(&out, release));
+                    let (names, values): (Vec<String>, Vec<Value>) = out.values.into_iter().unzip();
+                    Ok(outputs_object(&names, values).into())
+                }
+                Err(e) => {
+                    Err(js_error(&format!("running on {}", live.session.device()), &e).into())
+                }
             }
         }))
     }
@@ -280,7 +307,7 @@ impl InferenceSession {
     /// liveBytes, allocatedBytes, measuredBytes }] }`.
     #[wasm_bindgen(js_name = memoryReport, unchecked_return_type = "MemoryReport | null")]
     pub fn memory_report(&self) -> JsValue {
-        match self.engine.as_ref().and_then(|e| e.last.borrow().clone()) {
+        match self.live.as_ref().and_then(|l| l.last.borrow().clone()) {
             Some(r) => to_js(&r),
             None => JsValue::NULL,
         }
@@ -289,7 +316,7 @@ impl InferenceSession {
     /// Bytes each device holds now (weights included): `[[device, bytes]]`.
     #[wasm_bindgen(js_name = bytesInUse, unchecked_return_type = "Array<[string, number]>")]
     pub fn bytes_in_use(&self) -> JsValue {
-        to_js(&self.engine.as_ref().map(|e| e.in_use()).unwrap_or_default())
+        to_js(&self.live.as_ref().map(|l| in_use(&l.session)).unwrap_or_default())
     }
 
     /// Deterministic generated inputs from the declared types and shapes:
@@ -305,7 +332,7 @@ impl InferenceSession {
         seed: Option<f64>,
     ) -> Result<Object, JsError> {
         let dims = dims.map_or(JsValue::UNDEFINED, JsValue::from);
-        let e = self.engine()?;
+        let s = &self.live()?.session;
         let mut sizes = HashMap::new();
         if dims.is_object() {
             for key in Object::keys(dims.unchecked_ref::<Object>()).iter() {
@@ -316,13 +343,11 @@ impl InferenceSession {
                 sizes.insert(name, size as usize);
             }
         }
-        let g = &e.model.graph;
-        let infos: Vec<ValueInfo> = g.inputs.iter().map(|&v| g.value(v).clone()).collect();
         let generated =
-            onyx_core::inputs::random_inputs(&infos, &sizes, seed.unwrap_or(0.0) as u64)
+            onyx::inputs::random_inputs(&s.inputs(), &sizes, seed.unwrap_or(0.0) as u64)
                 .map_err(|err| js_error("generating inputs", &err))?;
-        let names: Vec<String> = generated.iter().map(|(n, _)| n.clone()).collect();
-        Ok(outputs_object(&names, generated.into_iter().map(|(_, v)| v).collect()))
+        let (names, values): (Vec<String>, Vec<Value>) = generated.into_iter().unzip();
+        Ok(outputs_object(&names, values))
     }
 
     /// Frees the session's weights on every device. Later calls fail.
@@ -332,14 +357,16 @@ impl InferenceSession {
     /// provider refuses a free.
     #[wasm_bindgen(unchecked_return_type = "Promise<void>")]
     pub fn release(&mut self) -> Promise {
-        let result: Result<(), JsError> = match self.engine.take() {
+        let result: Result<(), JsError> = match self.live.take() {
             None => Ok(()),
             Some(rc) => match Rc::try_unwrap(rc) {
-                Ok(mut engine) => {
-                    engine.free_weights().map_err(|e| JsError::new(&e)).and_then(|()| {
+                Ok(mut live) => live
+                    .session
+                    .release()
+                    .map_err(|e| js_error("releasing the session", &e))
+                    .and_then(|()| {
                         // Every byte goes back through the providers' deallocate: check it.
-                        let held: Vec<String> = engine
-                            .in_use()
+                        let held: Vec<String> = in_use(&live.session)
                             .into_iter()
                             .filter(|(_, bytes)| *bytes > 0)
                             .map(|(device, bytes)| format!("{bytes} bytes on {device}"))
@@ -352,10 +379,9 @@ impl InferenceSession {
                                 held.join(", ")
                             )))
                         }
-                    })
-                }
+                    }),
                 Err(rc) => {
-                    self.engine = Some(rc);
+                    self.live = Some(rc);
                     Err(JsError::new("cannot release a session while a run is in progress"))
                 }
             },
@@ -365,4 +391,14 @@ impl InferenceSession {
             Err(e) => Promise::reject(&e.into()),
         }
     }
+}
+
+/// onnxruntime-web's name for the device a session runs on.
+fn provider_name(device: &str) -> &'static str {
+    if device.starts_with("wgpu") { "webgpu" } else { "cpu" }
+}
+
+/// Bytes in use on each provider now (weights included).
+fn in_use(s: &Session) -> Vec<(String, u64)> {
+    s.providers().iter().map(|p| (p.name(), p.memory_stats().in_use_bytes)).collect()
 }

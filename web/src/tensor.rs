@@ -1,8 +1,8 @@
 //! `Tensor`: a host tensor with onnxruntime-web's shape (`type`, `data`, `dims`).
 
 use js_sys::{Array, ArrayBuffer, Uint8Array};
-use onyx_core::dtype::DType;
-use onyx_core::tensor::Tensor as HostTensor;
+use onyx::core::dtype::DType;
+use onyx::core::tensor::Tensor as HostTensor;
 use prost::Message;
 use wasm_bindgen::prelude::*;
 
@@ -109,11 +109,13 @@ impl Tensor {
     /// An `Error` for malformed protobuf.
     #[wasm_bindgen(js_name = fromProto)]
     pub fn from_proto(bytes: &[u8]) -> Result<Tensor, JsError> {
-        let proto = onyx_core::onnx::pb::TensorProto::decode(bytes)
+        let proto = onyx::core::onnx::pb::TensorProto::decode(bytes)
             .map_err(|e| js_error("decoding a TensorProto", &e))?;
-        let inner =
-            onyx_core::onnx::tensor_from_proto(&proto, &onyx_core::onnx::external::NoExternalData)
-                .map_err(|e| js_error("decoding a TensorProto", &e))?;
+        let inner = onyx::core::onnx::tensor_from_proto(
+            &proto,
+            &onyx::core::onnx::external::NoExternalData,
+        )
+        .map_err(|e| js_error("decoding a TensorProto", &e))?;
         Ok(Tensor { inner, name: proto.name.unwrap_or_default() })
     }
 

@@ -126,7 +126,7 @@ const show = (x) => JSON.stringify(x);
 export async function apiTests(browser, page, url, check, { nativeOutputs, compareOutputs, scratch }) {
   await page.goto(`${url}/tests/blank.html`);
   const c = await page.evaluate(sessionContract);
-  check('api: a malformed model rejects with an Error naming the load', has(c.malformed, 'loading the model'), show(c.malformed));
+  check('api: a malformed model rejects with an Error naming the load', has(c.malformed, 'cannot load model'), show(c.malformed));
   check('api: an unknown execution provider list rejects with an Error', has(c.badProvider, 'no usable execution provider'), show(c.badProvider));
   check('api: a model URL that is not found rejects with the HTTP status', has(c.notFound, 'fetching the model', '404'), show(c.notFound));
   check('api: the session opens on webgpu', c.ep === 'webgpu', c.ep);

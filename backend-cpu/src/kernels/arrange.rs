@@ -13,7 +13,7 @@ use super::conv::unravel;
 use super::dispatch::{AsF64, by_width, numeric};
 use super::nn::output_from_input;
 use super::scatter::Arith;
-use super::{CpuKernel, KernelIo, KernelRegistry, in_dtype, op, out_dtype, unsupported_dtype};
+use super::{CpuKernel, KernelIo, KernelRegistry, unsupported_dtype};
 
 /// `out = x` with its axes permuted: output axis `i` is input axis `perm[i]`.
 pub(super) fn permute<T: Copy + Send + Sync>(
@@ -239,33 +239,33 @@ impl CpuKernel for CumulativeKernel {
 }
 
 fn build_cumulative(s: &KernelSpec<'_>) -> Result<Box<dyn CpuKernel>, EpError> {
-    let dtype = in_dtype(s, 0)?;
-    Ok(Box::new(CumulativeKernel { dtype, op: op::<Cumulative>(s)?.clone() }))
+    let dtype = s.input_dtype(0)?;
+    Ok(Box::new(CumulativeKernel { dtype, op: s.op_as::<Cumulative>()?.clone() }))
 }
 
 fn build_depth_space(s: &KernelSpec<'_>) -> Result<Box<dyn CpuKernel>, EpError> {
-    let dtype = in_dtype(s, 0)?;
-    Ok(Box::new(DepthSpaceKernel { dtype, op: op::<DepthSpace>(s)?.clone() }))
+    let dtype = s.input_dtype(0)?;
+    Ok(Box::new(DepthSpaceKernel { dtype, op: s.op_as::<DepthSpace>()?.clone() }))
 }
 
 /// Registers the family.
 pub(crate) fn register_all(r: &mut KernelRegistry) {
     r.register("Trilu", |s| {
-        let dtype = in_dtype(s, 0)?;
-        Ok(Box::new(TriluKernel { dtype, op: op::<Trilu>(s)?.clone() }))
+        let dtype = s.input_dtype(0)?;
+        Ok(Box::new(TriluKernel { dtype, op: s.op_as::<Trilu>()?.clone() }))
     });
     r.register("OneHot", |s| {
-        let dtype = in_dtype(s, 2)?;
-        Ok(Box::new(OneHotKernel { dtype, op: op::<OneHot>(s)?.clone() }))
+        let dtype = s.input_dtype(2)?;
+        Ok(Box::new(OneHotKernel { dtype, op: s.op_as::<OneHot>()?.clone() }))
     });
     r.register("EyeLike", |s| {
-        Ok(Box::new(EyeLikeKernel { dtype: out_dtype(s, 0)?, k: op::<EyeLike>(s)?.k }))
+        Ok(Box::new(EyeLikeKernel { dtype: s.output_dtype(0)?, k: s.op_as::<EyeLike>()?.k }))
     });
     r.register("CumSum", build_cumulative);
     r.register("CumProd", build_cumulative);
     r.register("ReverseSequence", |s| {
-        let dtype = in_dtype(s, 0)?;
-        Ok(Box::new(ReverseSequenceKernel { dtype, op: op::<ReverseSequence>(s)?.clone() }))
+        let dtype = s.input_dtype(0)?;
+        Ok(Box::new(ReverseSequenceKernel { dtype, op: s.op_as::<ReverseSequence>()?.clone() }))
     });
     r.register("DepthToSpace", build_depth_space);
     r.register("SpaceToDepth", build_depth_space);

@@ -18,7 +18,7 @@ use crate::par::Loop;
 use super::dispatch::{AsF64, floats};
 use super::matmul::{Mat, gemm_into};
 use super::nn::is_float;
-use super::{CpuKernel, KernelIo, KernelRegistry, in_dtype, op, unsupported_dtype};
+use super::{CpuKernel, KernelIo, KernelRegistry, unsupported_dtype};
 
 /// Rounding of f32 results to the precision of a dtype (none for f32 and f64).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -489,12 +489,12 @@ impl CpuKernel for AttentionKernel {
 
 fn build_attention(s: &KernelSpec<'_>) -> Result<Box<dyn CpuKernel>, EpError> {
     for i in [0, 1, 2] {
-        let d = in_dtype(s, i)?;
+        let d = s.input_dtype(i)?;
         if !is_float(d) {
             return Err(unsupported_dtype("Attention", d));
         }
     }
-    Ok(Box::new(AttentionKernel { op: op::<Attention>(s)?.clone() }))
+    Ok(Box::new(AttentionKernel { op: s.op_as::<Attention>()?.clone() }))
 }
 
 /// Registers the family.

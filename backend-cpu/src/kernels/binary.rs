@@ -10,7 +10,7 @@ use super::broadcast::{Broadcast, Run, SEGMENT};
 use super::dispatch::{AsF64, FloatExt, floats, ints, numeric};
 use super::elementwise::IntOps;
 use super::fastmath::vectorized;
-use super::{CpuKernel, KernelIo, KernelRegistry, in_dtype, op, out_dtype, unsupported_dtype};
+use super::{CpuKernel, KernelIo, KernelRegistry, unsupported_dtype};
 
 /// One input's elements for a segment.
 enum Seg<'a, T> {
@@ -255,9 +255,9 @@ impl CpuKernel for BinaryKernel {
 
 fn build_binary(spec: &KernelSpec<'_>) -> Result<Box<dyn CpuKernel>, EpError> {
     use BinaryKind::*;
-    let kind = op::<Binary>(spec)?.kind;
-    let dtype = in_dtype(spec, 0)?;
-    let exp_dtype = in_dtype(spec, 1)?;
+    let kind = spec.op_as::<Binary>()?.kind;
+    let dtype = spec.input_dtype(0)?;
+    let exp_dtype = spec.input_dtype(1)?;
     let float = matches!(dtype, DType::F32 | DType::F64 | DType::F16 | DType::BF16);
     let int = dtype.is_int() && dtype.is_byte_aligned();
     let ok = match kind {
@@ -358,8 +358,8 @@ impl CpuKernel for VariadicKernel {
 }
 
 fn build_variadic(spec: &KernelSpec<'_>) -> Result<Box<dyn CpuKernel>, EpError> {
-    let kind = op::<Variadic>(spec)?.kind;
-    let dtype = out_dtype(spec, 0)?;
+    let kind = spec.op_as::<Variadic>()?.kind;
+    let dtype = spec.output_dtype(0)?;
     let float = matches!(dtype, DType::F32 | DType::F64 | DType::F16 | DType::BF16);
     if !(float || dtype.is_int() && dtype.is_byte_aligned())
         || spec.input_dtypes.iter().flatten().any(|d| *d != dtype)
@@ -407,7 +407,7 @@ impl CpuKernel for WhereKernel {
 }
 
 fn build_where(spec: &KernelSpec<'_>) -> Result<Box<dyn CpuKernel>, EpError> {
-    let dtype = in_dtype(spec, 1)?;
+    let dtype = spec.input_dtype(1)?;
     if !dtype.is_byte_aligned() {
         return Err(unsupported_dtype("Where", dtype));
     }

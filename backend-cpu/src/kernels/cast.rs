@@ -19,7 +19,7 @@ use crate::par::Loop;
 
 use super::dispatch::{AsF64, numeric};
 use super::elementwise::map_to;
-use super::{CpuKernel, KernelIo, KernelRegistry, in_dtype, op, out_dtype, unsupported_dtype};
+use super::{CpuKernel, KernelIo, KernelRegistry, unsupported_dtype};
 
 /// Rounds an f64 to f32 with round-to-odd, so that a second rounding to a
 /// narrower float (f16, bf16) gives the correctly rounded result of the f64.
@@ -349,16 +349,16 @@ impl CpuKernel for CastKernel {
 }
 
 fn build_cast(spec: &KernelSpec<'_>) -> Result<Box<dyn CpuKernel>, EpError> {
-    let from = in_dtype(spec, 0)?;
-    let to = out_dtype(spec, 0)?;
+    let from = spec.input_dtype(0)?;
+    let to = spec.output_dtype(0)?;
     if !is_real(from) || !is_real(to) {
         return Err(EpError::Unsupported(format!(
             "Cast from {from} to {to} is not implemented on the CPU"
         )));
     }
-    let rounding = if let Ok(c) = op::<Cast>(spec) {
+    let rounding = if let Ok(c) = spec.op_as::<Cast>() {
         Rounding { saturate: c.saturate, mode: c.round_mode }
-    } else if let Ok(c) = op::<CastLike>(spec) {
+    } else if let Ok(c) = spec.op_as::<CastLike>() {
         Rounding { saturate: c.saturate, mode: c.round_mode }
     } else {
         Rounding::default()
@@ -386,8 +386,8 @@ impl CpuKernel for BitCastKernel {
 }
 
 fn build_bitcast(spec: &KernelSpec<'_>) -> Result<Box<dyn CpuKernel>, EpError> {
-    let from = in_dtype(spec, 0)?;
-    let to = out_dtype(spec, 0)?;
+    let from = spec.input_dtype(0)?;
+    let to = spec.output_dtype(0)?;
     if from.bits() != to.bits() || from == DType::String || to == DType::String {
         return Err(EpError::Unsupported(format!("BitCast from {from} to {to}")));
     }

@@ -10,7 +10,7 @@ use rayon::prelude::*;
 use crate::par::Loop;
 
 use super::dispatch::{AsF64, floats};
-use super::{CpuKernel, KernelIo, KernelRegistry, in_dtype, op, unsupported_dtype};
+use super::{CpuKernel, KernelIo, KernelRegistry, unsupported_dtype};
 
 fn causal_conv<T: AsF64 + bytemuck::Pod + Send + Sync>(
     io: &KernelIo,
@@ -91,7 +91,7 @@ impl CpuKernel for CausalConvKernel {
 /// Registers the kernel.
 pub(crate) fn register_all(r: &mut KernelRegistry) {
     r.register("CausalConvWithState", |s: &KernelSpec<'_>| {
-        let dtype = in_dtype(s, 0)?;
-        Ok(Box::new(CausalConvKernel { dtype, silu: op::<CausalConvWithState>(s)?.silu }))
+        let dtype = s.input_dtype(0)?;
+        Ok(Box::new(CausalConvKernel { dtype, silu: s.op_as::<CausalConvWithState>()?.silu }))
     });
 }

@@ -15,7 +15,7 @@ use crate::par::Loop;
 use super::elementwise::activate;
 use super::matmul::{GemmType, Mat, RowsDone, gemm_into, gemm_row_bands};
 use super::narrow::{NARROW_COLS, narrow_product};
-use super::{CpuKernel, KernelIo, KernelRegistry, in_dtype, op, unsupported_dtype};
+use super::{CpuKernel, KernelIo, KernelRegistry, unsupported_dtype};
 
 /// For each spatial dim `d` and kernel offset `k`: the input index read by
 /// each output position (-1 in padding), flattened as `maps[d][k * output[d] + o]`.
@@ -308,8 +308,8 @@ impl CpuKernel for ConvKernel {
 }
 
 fn build_conv(spec: &KernelSpec<'_>) -> Result<Box<dyn CpuKernel>, EpError> {
-    let c = op::<Conv>(spec)?.clone();
-    let dtype = in_dtype(spec, 0)?;
+    let c = spec.op_as::<Conv>()?.clone();
+    let dtype = spec.input_dtype(0)?;
     if !matches!(dtype, DType::F32 | DType::F64 | DType::F16) {
         return Err(unsupported_dtype("Conv", dtype));
     }
@@ -317,8 +317,8 @@ fn build_conv(spec: &KernelSpec<'_>) -> Result<Box<dyn CpuKernel>, EpError> {
 }
 
 fn build_fused_conv(spec: &KernelSpec<'_>) -> Result<Box<dyn CpuKernel>, EpError> {
-    let f = op::<FusedConv>(spec)?;
-    let dtype = in_dtype(spec, 0)?;
+    let f = spec.op_as::<FusedConv>()?;
+    let dtype = spec.input_dtype(0)?;
     if dtype != DType::F32 || !activate(f.activation, &mut []) {
         return Err(EpError::Unsupported(format!(
             "FusedConv with {:?} on {dtype} (f32 with the fused activations only)",

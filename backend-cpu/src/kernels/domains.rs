@@ -10,7 +10,7 @@ use onyx_core::ops::domains::{
 };
 
 use super::dispatch::{AsF64, by_width, floats, numeric};
-use super::{CpuKernel, KernelIo, KernelRegistry, in_dtype, op, unsupported_dtype};
+use super::{CpuKernel, KernelIo, KernelRegistry, unsupported_dtype};
 
 /// One element's update: `(x, g, states) -> (x', states')`, states in output order.
 fn update(rule: Rule, r: f64, t: i64, x: f64, g: f64, states: &[f64]) -> (f64, [f64; 2]) {
@@ -258,26 +258,26 @@ impl CpuKernel for TreeEnsembleKernel {
 pub(crate) fn register_all(r: &mut KernelRegistry) {
     for name in ["Adagrad", "Adam", "Momentum"] {
         r.register_in(TRAINING_DOMAIN, name, |s| {
-            let op = op::<Optimizer>(s)?.clone();
-            Ok(Box::new(OptimizerKernel { dtype: in_dtype(s, 2)?, op }))
+            let op = s.op_as::<Optimizer>()?.clone();
+            Ok(Box::new(OptimizerKernel { dtype: s.input_dtype(2)?, op }))
         });
     }
     r.register("TfIdfVectorizer", |s| {
-        Ok(Box::new(TfIdfKernel { op: op::<TfIdfVectorizer>(s)?.clone() }))
+        Ok(Box::new(TfIdfKernel { op: s.op_as::<TfIdfVectorizer>()?.clone() }))
     });
     r.register_in(ML_DOMAIN, "TreeEnsemble", |s| {
         Ok(Box::new(TreeEnsembleKernel {
-            dtype: in_dtype(s, 0)?,
-            op: op::<TreeEnsemble>(s)?.clone(),
+            dtype: s.input_dtype(0)?,
+            op: s.op_as::<TreeEnsemble>()?.clone(),
         }))
     });
     r.register_in(ML_DOMAIN, "Binarizer", |s| {
-        let threshold = op::<Binarizer>(s)?.threshold as f64;
-        Ok(Box::new(BinarizerKernel { dtype: in_dtype(s, 0)?, threshold }))
+        let threshold = s.op_as::<Binarizer>()?.threshold as f64;
+        Ok(Box::new(BinarizerKernel { dtype: s.input_dtype(0)?, threshold }))
     });
     r.register_in(ML_DOMAIN, "ArrayFeatureExtractor", |s| {
-        op::<ArrayFeatureExtractor>(s)?;
-        Ok(Box::new(ExtractKernel { dtype: in_dtype(s, 0)? }))
+        s.op_as::<ArrayFeatureExtractor>()?;
+        Ok(Box::new(ExtractKernel { dtype: s.input_dtype(0)? }))
     });
 }
 

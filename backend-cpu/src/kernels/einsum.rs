@@ -16,7 +16,7 @@ use super::arrange::permute;
 use super::conv::unravel;
 use super::dispatch::{AsF64, floats, ints};
 use super::matmul::{Mat, gemm_into};
-use super::{CpuKernel, KernelIo, KernelRegistry, in_dtype, op, unsupported_dtype};
+use super::{CpuKernel, KernelIo, KernelRegistry, unsupported_dtype};
 
 /// The arithmetic the contraction needs.
 trait Num: Copy + Send + Sync + 'static {
@@ -356,12 +356,12 @@ impl CpuKernel for DetKernel {
 /// Registers Einsum and Det.
 pub(crate) fn register_all(r: &mut KernelRegistry) {
     r.register("Det", |s| {
-        op::<Det>(s)?;
-        Ok(Box::new(DetKernel { dtype: in_dtype(s, 0)? }))
+        s.op_as::<Det>()?;
+        Ok(Box::new(DetKernel { dtype: s.input_dtype(0)? }))
     });
     r.register("Einsum", |s: &KernelSpec<'_>| {
-        let dtype = in_dtype(s, 0)?;
-        Ok(Box::new(EinsumKernel { dtype, op: op::<Einsum>(s)?.clone() }))
+        let dtype = s.input_dtype(0)?;
+        Ok(Box::new(EinsumKernel { dtype, op: s.op_as::<Einsum>()?.clone() }))
     });
 }
 

@@ -9,7 +9,7 @@ use crate::par::Loop;
 
 use super::dispatch::{AsF64, FloatExt, floats, ints};
 use super::fastmath::{self, Wide, vectorized_wide};
-use super::{CpuKernel, KernelIo, KernelRegistry, in_dtype, op, unsupported_dtype};
+use super::{CpuKernel, KernelIo, KernelRegistry, unsupported_dtype};
 
 const PAR_MIN: usize = 16 * 1024;
 
@@ -329,8 +329,8 @@ impl CpuKernel for UnaryKernel {
 }
 
 fn build_unary(spec: &KernelSpec<'_>) -> Result<Box<dyn CpuKernel>, EpError> {
-    let kind = op::<Unary>(spec)?.kind;
-    let dtype = in_dtype(spec, 0)?;
+    let kind = spec.op_as::<Unary>()?.kind;
+    let dtype = spec.input_dtype(0)?;
     let ok = match kind {
         UnaryKind::Not => dtype == DType::Bool,
         UnaryKind::BitwiseNot => dtype.is_int() && dtype.is_byte_aligned(),
@@ -392,8 +392,8 @@ impl CpuKernel for ClipKernel {
 }
 
 fn build_clip(spec: &KernelSpec<'_>) -> Result<Box<dyn CpuKernel>, EpError> {
-    let c = op::<Clip>(spec)?;
-    let dtype = in_dtype(spec, 0)?;
+    let c = spec.op_as::<Clip>()?;
+    let dtype = spec.input_dtype(0)?;
     if !(dtype.is_float() && dtype.bits() >= 16 || dtype.is_int() && dtype.is_byte_aligned()) {
         return Err(unsupported_dtype("Clip", dtype));
     }

@@ -10,7 +10,7 @@ use crate::par::Loop;
 
 use super::conv::unravel;
 use super::dispatch::by_width;
-use super::{CpuKernel, KernelIo, KernelRegistry, in_dtype, op, unsupported_dtype};
+use super::{CpuKernel, KernelIo, KernelRegistry, unsupported_dtype};
 
 /// Resolves an index against a dim of `size` (negative counts from the end).
 fn resolve(i: i64, size: usize, op: &str) -> Result<usize, EpError> {
@@ -102,11 +102,11 @@ impl CpuKernel for GatherNdKernel {
 /// Registers GatherElements and GatherND.
 pub fn register_all(r: &mut KernelRegistry) {
     r.register("GatherElements", |s| {
-        let dtype = in_dtype(s, 0)?;
-        Ok(Box::new(GatherElementsKernel { dtype, op: op::<GatherElements>(s)?.clone() }))
+        let dtype = s.input_dtype(0)?;
+        Ok(Box::new(GatherElementsKernel { dtype, op: s.op_as::<GatherElements>()?.clone() }))
     });
     r.register("GatherND", |s| {
-        let dtype = in_dtype(s, 0)?;
-        Ok(Box::new(GatherNdKernel { dtype, op: op::<GatherNd>(s)?.clone() }))
+        let dtype = s.input_dtype(0)?;
+        Ok(Box::new(GatherNdKernel { dtype, op: s.op_as::<GatherNd>()?.clone() }))
     });
 }

@@ -13,7 +13,7 @@ use rayon::prelude::*;
 
 use super::broadcast::{Broadcast, Run};
 use super::dispatch::AsF64;
-use super::{CpuKernel, KernelIo, KernelRegistry, in_dtype, op, unsupported_dtype};
+use super::{CpuKernel, KernelIo, KernelRegistry, unsupported_dtype};
 
 /// Strides (in elements) of a row-major matrix operand, possibly transposed.
 #[derive(Copy, Clone, Debug)]
@@ -386,7 +386,7 @@ const MATMUL_DTYPES: [DType; 8] = [
 ];
 
 fn build_matmul(spec: &KernelSpec<'_>) -> Result<Box<dyn CpuKernel>, EpError> {
-    let dtype = in_dtype(spec, 0)?;
+    let dtype = spec.input_dtype(0)?;
     if !MATMUL_DTYPES.contains(&dtype) {
         return Err(unsupported_dtype("MatMul", dtype));
     }
@@ -484,8 +484,8 @@ impl CpuKernel for GemmKernel {
 }
 
 fn build_gemm(spec: &KernelSpec<'_>) -> Result<Box<dyn CpuKernel>, EpError> {
-    let g = op::<Gemm>(spec)?.clone();
-    let dtype = in_dtype(spec, 0)?;
+    let g = spec.op_as::<Gemm>()?.clone();
+    let dtype = spec.input_dtype(0)?;
     if !matches!(
         dtype,
         DType::F32 | DType::F64 | DType::F16 | DType::I32 | DType::I64 | DType::U32 | DType::U64

@@ -42,10 +42,8 @@ mod spatial;
 mod stats;
 mod vision;
 
-use std::collections::HashMap;
-
 use onyx_core::dtype::DType;
-use onyx_core::ep::{EpError, KernelSpec};
+use onyx_core::ep::EpError;
 
 /// Elements a parallel task covers at least: below that, handing work to
 /// another thread costs more than it saves (small models ran slower at two
@@ -68,75 +66,39 @@ pub trait CpuKernel: Send + Sync {
     fn run(&self, io: &mut KernelIo) -> Result<(), EpError>;
 }
 
-/// Builds a kernel for a node, or says why it cannot.
-pub type KernelBuilder = fn(&KernelSpec<'_>) -> Result<Box<dyn CpuKernel>, EpError>;
+/// `(domain, op_type)` → builder: the registry of `onyx_core::ep`.
+pub type KernelRegistry = onyx_core::ep::KernelRegistry<dyn CpuKernel>;
 
-/// `(domain, op_type)` → builder.
-#[derive(Default)]
-pub struct KernelRegistry {
-    builders: HashMap<(String, String), KernelBuilder>,
-}
-
-impl KernelRegistry {
-    /// Every CPU kernel.
-    pub fn standard() -> Self {
-        let mut r = KernelRegistry::default();
-        elementwise::register_all(&mut r);
-        matmul::register_all(&mut r);
-        conv::register_all(&mut r);
-        pool::register_all(&mut r);
-        nn::register_all(&mut r);
-        norm::register_all(&mut r);
-        shape::register_all(&mut r);
-        indexing::register_all(&mut r);
-        pad::register_all(&mut r);
-        resize::register_all(&mut r);
-        recurrent::register_all(&mut r);
-        cast::register_all(&mut r);
-        causal::register_all(&mut r);
-        reduce::register_all(&mut r);
-        attention::register_all(&mut r);
-        quant::register_all(&mut r);
-        scatter::register_all(&mut r);
-        arrange::register_all(&mut r);
-        select::register_all(&mut r);
-        einsum::register_all(&mut r);
-        stats::register_all(&mut r);
-        spatial::register_all(&mut r);
-        signal::register_all(&mut r);
-        vision::register_all(&mut r);
-        domains::register_all(&mut r);
-        microsoft::register_all(&mut r);
-        r
-    }
-
-    /// Registers a builder for a default-domain op.
-    pub fn register(&mut self, op_type: &str, builder: KernelBuilder) {
-        self.register_in(onyx_core::graph::DEFAULT_DOMAIN, op_type, builder);
-    }
-
-    /// Registers a builder for an op of any domain.
-    pub fn register_in(&mut self, domain: &str, op_type: &str, builder: KernelBuilder) {
-        self.builders.insert((domain.into(), op_type.into()), builder);
-    }
-
-    /// Whether an op has a kernel.
-    pub fn contains(&self, domain: &str, op_type: &str) -> bool {
-        self.builders.contains_key(&(domain.to_string(), op_type.to_string()))
-    }
-
-    /// Builds the kernel for a node.
-    ///
-    /// # Errors
-    /// [`EpError::Unsupported`] when no kernel exists or the builder declines.
-    pub fn build(&self, spec: &KernelSpec<'_>) -> Result<Box<dyn CpuKernel>, EpError> {
-        let node = spec.node;
-        let builder =
-            self.builders.get(&(node.domain.clone(), node.op_type.clone())).ok_or_else(|| {
-                EpError::Unsupported(format!("no CPU kernel for {}::{}", node.domain, node.op_type))
-            })?;
-        builder(spec)
-    }
+/// Every CPU kernel.
+pub(crate) fn standard() -> KernelRegistry {
+    let mut r = KernelRegistry::new("CPU");
+    elementwise::register_all(&mut r);
+    matmul::register_all(&mut r);
+    conv::register_all(&mut r);
+    pool::register_all(&mut r);
+    nn::register_all(&mut r);
+    norm::register_all(&mut r);
+    shape::register_all(&mut r);
+    indexing::register_all(&mut r);
+    pad::register_all(&mut r);
+    resize::register_all(&mut r);
+    recurrent::register_all(&mut r);
+    cast::register_all(&mut r);
+    causal::register_all(&mut r);
+    reduce::register_all(&mut r);
+    attention::register_all(&mut r);
+    quant::register_all(&mut r);
+    scatter::register_all(&mut r);
+    arrange::register_all(&mut r);
+    select::register_all(&mut r);
+    einsum::register_all(&mut r);
+    stats::register_all(&mut r);
+    spatial::register_all(&mut r);
+    signal::register_all(&mut r);
+    vision::register_all(&mut r);
+    domains::register_all(&mut r);
+    microsoft::register_all(&mut r);
+    r
 }
 
 /// A tensor as a kernel sees it.
@@ -338,31 +300,6 @@ impl KernelIo {
     pub fn floats(&self, i: usize) -> Result<Vec<f64>, EpError> {
         self.host(i)?.to_f64_vec().map_err(|e| EpError::Kernel(format!("input {i}: {e}")))
     }
-}
-
-/// The dtype of input `i` as the spec declares it.
-pub(crate) fn in_dtype(spec: &KernelSpec<'_>, i: usize) -> Result<DType, EpError> {
-    spec.input_dtypes
-        .get(i)
-        .copied()
-        .flatten()
-        .ok_or_else(|| EpError::Unsupported(format!("input {i} has no dtype")))
-}
-
-/// The dtype of output `o` as inference gave it.
-pub(crate) fn out_dtype(spec: &KernelSpec<'_>, o: usize) -> Result<DType, EpError> {
-    spec.output_dtypes
-        .get(o)
-        .copied()
-        .flatten()
-        .ok_or_else(|| EpError::Unsupported(format!("output {o} has no dtype")))
-}
-
-/// Downcasts the spec's op to the type a builder expects.
-pub(crate) fn op<'a, T: onyx_core::ops::Op>(spec: &'a KernelSpec<'_>) -> Result<&'a T, EpError> {
-    onyx_core::ops::downcast::<T>(spec.op).ok_or_else(|| {
-        EpError::Unsupported(format!("unexpected op type for {}", spec.node.op_type))
-    })
 }
 
 /// The error for a dtype a kernel does not implement.

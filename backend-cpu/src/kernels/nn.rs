@@ -10,7 +10,7 @@ use crate::par::Loop;
 
 use super::dispatch::{AsF64, floats};
 use super::fastmath::{self, vectorized};
-use super::{CpuKernel, KernelIo, KernelRegistry, in_dtype, op, unsupported_dtype};
+use super::{CpuKernel, KernelIo, KernelRegistry, unsupported_dtype};
 
 /// Output 0, after copying input 0 into it unless they already share the buffer.
 #[allow(clippy::mut_from_ref)]
@@ -125,8 +125,8 @@ impl CpuKernel for SoftmaxKernel {
 }
 
 fn build_softmax(spec: &KernelSpec<'_>) -> Result<Box<dyn CpuKernel>, EpError> {
-    let s = op::<Softmax>(spec)?.clone();
-    let dtype = in_dtype(spec, 0)?;
+    let s = spec.op_as::<Softmax>()?.clone();
+    let dtype = spec.input_dtype(0)?;
     if !is_float(dtype) {
         return Err(unsupported_dtype(&spec.node.op_type, dtype));
     }
@@ -194,10 +194,10 @@ impl CpuKernel for BatchNormKernel {
 }
 
 fn build_batch_norm(spec: &KernelSpec<'_>) -> Result<Box<dyn CpuKernel>, EpError> {
-    let bn = op::<BatchNorm>(spec)?;
-    let dtype = in_dtype(spec, 0)?;
-    let param_dtype = in_dtype(spec, 1)?;
-    let mean_dtype = in_dtype(spec, 3)?;
+    let bn = spec.op_as::<BatchNorm>()?;
+    let dtype = spec.input_dtype(0)?;
+    let param_dtype = spec.input_dtype(1)?;
+    let mean_dtype = spec.input_dtype(3)?;
     if !is_float(dtype)
         || !is_float(param_dtype)
         || mean_dtype != param_dtype && mean_dtype != dtype
@@ -233,7 +233,7 @@ impl CpuKernel for DropoutKernel {
 }
 
 fn build_dropout(spec: &KernelSpec<'_>) -> Result<Box<dyn CpuKernel>, EpError> {
-    let dtype = in_dtype(spec, 0)?;
+    let dtype = spec.input_dtype(0)?;
     if !dtype.is_byte_aligned() {
         return Err(unsupported_dtype("Dropout", dtype));
     }

@@ -16,7 +16,7 @@ use crate::par::Loop;
 use super::dispatch::{AsF64, floats};
 use super::fastmath::{self, vectorized};
 use super::nn::{is_float, output_from_input};
-use super::{CpuKernel, KernelIo, KernelRegistry, in_dtype, op, out_dtype, unsupported_dtype};
+use super::{CpuKernel, KernelIo, KernelRegistry, unsupported_dtype};
 
 /// `(mean, 1 / sqrt(var + eps))` of a row, or `(0, 1 / sqrt(mean(x²) + eps))` for RMS.
 fn row_stats(row: &[f64], rms: bool, eps: f64) -> (f64, f64) {
@@ -236,12 +236,12 @@ impl CpuKernel for SkipNormKernel {
 
 /// Checks that the input and every requested statistics output are float.
 fn float_io(spec: &KernelSpec<'_>, stats: std::ops::Range<usize>) -> Result<DType, EpError> {
-    let dtype = in_dtype(spec, 0)?;
+    let dtype = spec.input_dtype(0)?;
     if !is_float(dtype) {
         return Err(unsupported_dtype(&spec.node.op_type, dtype));
     }
     for o in stats {
-        if let Ok(d) = out_dtype(spec, o)
+        if let Ok(d) = spec.output_dtype(o)
             && !is_float(d)
         {
             return Err(unsupported_dtype(&spec.node.op_type, d));
@@ -255,13 +255,13 @@ pub fn register_all(r: &mut KernelRegistry) {
     for name in ["LayerNormalization", "RMSNormalization", "SimplifiedLayerNormalization"] {
         r.register(name, |s| {
             let dtype = float_io(s, 1..3)?;
-            Ok(Box::new(LayerNormKernel { op: op::<LayerNorm>(s)?.clone(), dtype }))
+            Ok(Box::new(LayerNormKernel { op: s.op_as::<LayerNorm>()?.clone(), dtype }))
         });
     }
     for name in ["SkipLayerNormalization", "SkipSimplifiedLayerNormalization"] {
         r.register_in(MICROSOFT_DOMAIN, name, |s| {
             let dtype = float_io(s, 1..3)?;
-            Ok(Box::new(SkipNormKernel { op: op::<SkipNorm>(s)?.clone(), dtype }))
+            Ok(Box::new(SkipNormKernel { op: s.op_as::<SkipNorm>()?.clone(), dtype }))
         });
     }
 }

@@ -10,7 +10,7 @@ use crate::par::Loop;
 
 use super::conv::unravel;
 use super::dispatch::by_width;
-use super::{CpuKernel, KernelIo, KernelRegistry, in_dtype, op};
+use super::{CpuKernel, KernelIo, KernelRegistry};
 
 /// The resolved pads and fill bytes of one launch.
 fn launch(io: &KernelIo, p: &Pad) -> Result<PadLaunch, EpError> {
@@ -74,6 +74,6 @@ impl CpuKernel for PadKernel {
 /// Registers Pad.
 pub fn register_all(r: &mut KernelRegistry) {
     r.register("Pad", |s| {
-        Ok(Box::new(PadKernel { dtype: in_dtype(s, 0)?, op: op::<Pad>(s)?.clone() }))
+        Ok(Box::new(PadKernel { dtype: s.input_dtype(0)?, op: s.op_as::<Pad>()?.clone() }))
     });
 }

@@ -9,7 +9,7 @@ use crate::par::Loop;
 
 use super::conv::unravel;
 use super::dispatch::{AsF64, floats};
-use super::{CpuKernel, KernelIo, KernelRegistry, in_dtype, op, unsupported_dtype};
+use super::{CpuKernel, KernelIo, KernelRegistry, unsupported_dtype};
 
 struct PoolKernel {
     op: Pool,
@@ -231,8 +231,8 @@ impl CpuKernel for PoolKernel {
 }
 
 fn build_pool(spec: &KernelSpec<'_>) -> Result<Box<dyn CpuKernel>, EpError> {
-    let p = op::<Pool>(spec)?.clone();
-    let dtype = in_dtype(spec, 0)?;
+    let p = spec.op_as::<Pool>()?.clone();
+    let dtype = spec.input_dtype(0)?;
     let ints_ok = matches!(p.kind, PoolKind::Max) && matches!(dtype, DType::I8 | DType::U8);
     if !(matches!(dtype, DType::F32 | DType::F64 | DType::F16 | DType::BF16) || ints_ok) {
         return Err(unsupported_dtype(&spec.node.op_type, dtype));
@@ -271,8 +271,8 @@ impl CpuKernel for GlobalPoolKernel {
 }
 
 fn build_global(spec: &KernelSpec<'_>) -> Result<Box<dyn CpuKernel>, EpError> {
-    let max = op::<GlobalPool>(spec)?.max;
-    let dtype = in_dtype(spec, 0)?;
+    let max = spec.op_as::<GlobalPool>()?.max;
+    let dtype = spec.input_dtype(0)?;
     if !matches!(dtype, DType::F32 | DType::F64 | DType::F16 | DType::BF16) {
         return Err(unsupported_dtype(&spec.node.op_type, dtype));
     }

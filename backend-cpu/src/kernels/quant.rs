@@ -12,7 +12,7 @@ use onyx_core::ep::{EpError, KernelSpec};
 use onyx_core::ops::quant::{DequantizeLinear, QuantizeLinear, ScaleLayout};
 
 use super::cast::{Num, Rounding, read, to_bf16, to_f16, write_all};
-use super::{CpuKernel, KernelIo, KernelRegistry, in_dtype, op, out_dtype, unsupported_dtype};
+use super::{CpuKernel, KernelIo, KernelRegistry, unsupported_dtype};
 
 /// Rounds `v` to the precision of a float dtype (f64 and integers keep f64).
 pub(crate) fn round_to(d: DType, v: f64) -> f64 {
@@ -163,10 +163,10 @@ impl CpuKernel for QuantizeKernel {
 }
 
 fn build_quantize(spec: &KernelSpec<'_>) -> Result<Box<dyn CpuKernel>, EpError> {
-    let q = op::<QuantizeLinear>(spec)?.clone();
-    let x = in_dtype(spec, 0)?;
-    let s = in_dtype(spec, 1)?;
-    let out = out_dtype(spec, 0)?;
+    let q = spec.op_as::<QuantizeLinear>()?.clone();
+    let x = spec.input_dtype(0)?;
+    let s = spec.input_dtype(1)?;
+    let out = spec.output_dtype(0)?;
     if !matches!(x, DType::F32 | DType::F16 | DType::BF16 | DType::I32) {
         return Err(unsupported_dtype("QuantizeLinear", x));
     }
@@ -203,10 +203,10 @@ impl CpuKernel for DequantizeKernel {
 }
 
 fn build_dequantize(spec: &KernelSpec<'_>) -> Result<Box<dyn CpuKernel>, EpError> {
-    let d = op::<DequantizeLinear>(spec)?.clone();
-    let x = in_dtype(spec, 0)?;
-    let s = in_dtype(spec, 1)?;
-    let out = out_dtype(spec, 0)?;
+    let d = spec.op_as::<DequantizeLinear>()?.clone();
+    let x = spec.input_dtype(0)?;
+    let s = spec.input_dtype(1)?;
+    let out = spec.output_dtype(0)?;
     let zero = spec.input_dtypes.get(2).copied().flatten();
     if !(int_range(x).is_some() || x == DType::I32 || onyx_core::float8::is_small_float(x)) {
         return Err(unsupported_dtype("DequantizeLinear", x));
@@ -262,7 +262,7 @@ impl CpuKernel for DynamicQuantizeKernel {
 }
 
 fn build_dynamic(spec: &KernelSpec<'_>) -> Result<Box<dyn CpuKernel>, EpError> {
-    match in_dtype(spec, 0)? {
+    match spec.input_dtype(0)? {
         DType::F32 => Ok(Box::new(DynamicQuantizeKernel)),
         d => Err(unsupported_dtype("DynamicQuantizeLinear", d)),
     }

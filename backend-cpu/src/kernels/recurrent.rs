@@ -12,7 +12,7 @@ use onyx_core::ops::recurrent::{Activation, Cell, Recurrent};
 use super::dispatch::{AsF64, floats};
 use super::fastmath;
 use super::matmul::{GemmType, Mat, gemm_into};
-use super::{CpuKernel, KernelIo, KernelRegistry, in_dtype, op, unsupported_dtype};
+use super::{CpuKernel, KernelIo, KernelRegistry, unsupported_dtype};
 
 /// The element type a cell computes in: f32 (for f32 models) or f64.
 pub(crate) trait Real:
@@ -359,8 +359,8 @@ pub fn register_all(r: &mut KernelRegistry) {
     for name in ["RNN", "GRU", "LSTM"] {
         r.register(name, |s| {
             Ok(Box::new(RecurrentKernel {
-                op: op::<Recurrent>(s)?.clone(),
-                dtype: in_dtype(s, 0)?,
+                op: s.op_as::<Recurrent>()?.clone(),
+                dtype: s.input_dtype(0)?,
             }))
         });
     }

@@ -6,7 +6,7 @@ use onyx_core::ops::reduce::{ArgReduce, Reduce, ReduceKind};
 
 use super::dispatch::{AsF64, floats, ints, numeric};
 use super::fastmath::{self, vectorized};
-use super::{CpuKernel, KernelIo, KernelRegistry, in_dtype, op, unsupported_dtype};
+use super::{CpuKernel, KernelIo, KernelRegistry, unsupported_dtype};
 
 /// For each input element in order, the index of the output element it reduces into.
 fn output_index(shape: &[usize], axes: &[usize]) -> (Vec<usize>, usize) {
@@ -250,8 +250,8 @@ impl CpuKernel for ReduceKernel {
 }
 
 fn build_reduce(spec: &KernelSpec<'_>) -> Result<Box<dyn CpuKernel>, EpError> {
-    let r = op::<Reduce>(spec)?.clone();
-    let dtype = in_dtype(spec, 0)?;
+    let r = spec.op_as::<Reduce>()?.clone();
+    let dtype = spec.input_dtype(0)?;
     let float = matches!(dtype, DType::F32 | DType::F64 | DType::F16 | DType::BF16);
     if !(float || dtype.is_int() && dtype.is_byte_aligned()) {
         return Err(unsupported_dtype(&spec.node.op_type, dtype));
@@ -300,8 +300,8 @@ impl CpuKernel for ArgKernel {
 }
 
 fn build_arg(spec: &KernelSpec<'_>) -> Result<Box<dyn CpuKernel>, EpError> {
-    let a = op::<ArgReduce>(spec)?.clone();
-    let dtype = in_dtype(spec, 0)?;
+    let a = spec.op_as::<ArgReduce>()?.clone();
+    let dtype = spec.input_dtype(0)?;
     if !dtype.is_byte_aligned()
         || !(dtype.is_int() || matches!(dtype, DType::F32 | DType::F64 | DType::F16 | DType::BF16))
     {

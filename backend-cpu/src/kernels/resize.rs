@@ -11,7 +11,7 @@ use crate::par::Loop;
 
 use super::conv::unravel;
 use super::dispatch::{FloatExt, by_width, floats};
-use super::{CpuKernel, KernelIo, KernelRegistry, in_dtype, op, unsupported_dtype};
+use super::{CpuKernel, KernelIo, KernelRegistry, unsupported_dtype};
 
 /// The plan of one launch, from the host values of roi, scales and sizes.
 fn launch_plan(io: &KernelIo, r: &Resize) -> Result<ResizePlan, EpError> {
@@ -138,8 +138,8 @@ impl CpuKernel for ResizeKernel {
 pub fn register_all(r: &mut KernelRegistry) {
     for name in ["Resize", "Upsample"] {
         r.register(name, |s| {
-            let dtype = in_dtype(s, 0)?;
-            let op = op::<Resize>(s)?.clone();
+            let dtype = s.input_dtype(0)?;
+            let op = s.op_as::<Resize>()?.clone();
             // Interpolating integers would need the spec's saturating casts: nearest only.
             if !dtype.is_float()
                 && (op.mode != ResizeMode::Nearest

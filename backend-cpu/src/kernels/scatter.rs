@@ -14,7 +14,7 @@ use crate::par::Loop;
 
 use super::dispatch::{by_width, numeric};
 use super::nn::output_from_input;
-use super::{CpuKernel, KernelIo, KernelRegistry, in_dtype, op, unsupported_dtype};
+use super::{CpuKernel, KernelIo, KernelRegistry, unsupported_dtype};
 
 /// Element arithmetic as numpy does it: integers wrap, halves round each step.
 pub(super) trait Arith: bytemuck::Pod + Send + Sync + PartialOrd {
@@ -244,8 +244,8 @@ impl CpuKernel for TensorScatterKernel {
 }
 
 fn build_scatter_elements(s: &KernelSpec<'_>) -> Result<Box<dyn CpuKernel>, EpError> {
-    let dtype = in_dtype(s, 0)?;
-    Ok(Box::new(ScatterElementsKernel { dtype, op: op::<ScatterElements>(s)?.clone() }))
+    let dtype = s.input_dtype(0)?;
+    Ok(Box::new(ScatterElementsKernel { dtype, op: s.op_as::<ScatterElements>()?.clone() }))
 }
 
 /// Registers the scatters.
@@ -253,12 +253,12 @@ pub(crate) fn register_all(r: &mut KernelRegistry) {
     r.register("ScatterElements", build_scatter_elements);
     r.register("Scatter", build_scatter_elements);
     r.register("ScatterND", |s| {
-        let dtype = in_dtype(s, 0)?;
-        Ok(Box::new(ScatterNdKernel { dtype, reduction: op::<ScatterNd>(s)?.reduction }))
+        let dtype = s.input_dtype(0)?;
+        Ok(Box::new(ScatterNdKernel { dtype, reduction: s.op_as::<ScatterNd>()?.reduction }))
     });
     r.register("TensorScatter", |s| {
-        let dtype = in_dtype(s, 0)?;
-        Ok(Box::new(TensorScatterKernel { dtype, op: op::<TensorScatter>(s)?.clone() }))
+        let dtype = s.input_dtype(0)?;
+        Ok(Box::new(TensorScatterKernel { dtype, op: s.op_as::<TensorScatter>()?.clone() }))
     });
 }
 

@@ -14,7 +14,7 @@ use crate::par::Loop;
 
 use super::conv::unravel;
 use super::dispatch::{by_width, numeric};
-use super::{CpuKernel, KernelIo, KernelRegistry, in_dtype, op, unsupported_dtype};
+use super::{CpuKernel, KernelIo, KernelRegistry, unsupported_dtype};
 
 fn kernel_err(e: impl std::fmt::Display) -> EpError {
     EpError::Kernel(e.to_string())
@@ -185,15 +185,15 @@ impl CpuKernel for CompressKernel {
 /// Registers the family.
 pub(crate) fn register_all(r: &mut KernelRegistry) {
     r.register("TopK", |s| {
-        let dtype = in_dtype(s, 0)?;
-        Ok(Box::new(TopKKernel { dtype, op: op::<TopK>(s)?.clone() }))
+        let dtype = s.input_dtype(0)?;
+        Ok(Box::new(TopKKernel { dtype, op: s.op_as::<TopK>()?.clone() }))
     });
     r.register("Compress", |s| {
-        let dtype = in_dtype(s, 0)?;
-        Ok(Box::new(CompressKernel { dtype, op: op::<Compress>(s)?.clone() }))
+        let dtype = s.input_dtype(0)?;
+        Ok(Box::new(CompressKernel { dtype, op: s.op_as::<Compress>()?.clone() }))
     });
     r.register("NonZero", |_| Ok(Box::new(NonZeroKernel)));
-    r.register("Unique", |s| Ok(Box::new(UniqueKernel { op: op::<Unique>(s)?.clone() })));
+    r.register("Unique", |s| Ok(Box::new(UniqueKernel { op: s.op_as::<Unique>()?.clone() })));
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@ use crate::par::Loop;
 use super::broadcast::{Broadcast, Run};
 use super::conv::unravel;
 use super::dispatch::{AsF64, by_width, numeric};
-use super::{CpuKernel, KernelIo, KernelRegistry, in_dtype, op, out_dtype, unsupported_dtype};
+use super::{CpuKernel, KernelIo, KernelRegistry, unsupported_dtype};
 
 fn axis_of(axis: i64, rank: usize) -> Result<usize, EpError> {
     normalize_axis(axis, rank)
@@ -22,7 +22,7 @@ fn axis_of(axis: i64, rank: usize) -> Result<usize, EpError> {
 }
 
 fn width_of(spec: &KernelSpec<'_>, op: &str) -> Result<DType, EpError> {
-    let d = in_dtype(spec, 0)?;
+    let d = spec.input_dtype(0)?;
     if !d.is_byte_aligned() {
         return Err(unsupported_dtype(op, d));
     }
@@ -371,28 +371,31 @@ pub fn register_all(r: &mut KernelRegistry) {
     r.register("Transpose", |s| {
         Ok(Box::new(TransposeKernel {
             dtype: width_of(s, "Transpose")?,
-            op: op::<Transpose>(s)?.clone(),
+            op: s.op_as::<Transpose>()?.clone(),
         }))
     });
     r.register("Concat", |s| {
-        let axis = op::<Concat>(s)?.axis;
+        let axis = s.op_as::<Concat>()?.axis;
         Ok(Box::new(ConcatKernel { dtype: width_of(s, "Concat")?, axis }))
     });
     r.register("Split", |s| {
-        Ok(Box::new(SplitKernel { dtype: width_of(s, "Split")?, op: op::<Split>(s)?.clone() }))
+        Ok(Box::new(SplitKernel { dtype: width_of(s, "Split")?, op: s.op_as::<Split>()?.clone() }))
     });
     r.register("Slice", |s| {
-        Ok(Box::new(SliceKernel { dtype: width_of(s, "Slice")?, op: op::<Slice>(s)?.clone() }))
+        Ok(Box::new(SliceKernel { dtype: width_of(s, "Slice")?, op: s.op_as::<Slice>()?.clone() }))
     });
     r.register("Gather", |s| {
-        Ok(Box::new(GatherKernel { dtype: width_of(s, "Gather")?, op: op::<Gather>(s)?.clone() }))
+        Ok(Box::new(GatherKernel {
+            dtype: width_of(s, "Gather")?,
+            op: s.op_as::<Gather>()?.clone(),
+        }))
     });
     r.register("Expand", |s| Ok(Box::new(ExpandKernel { dtype: width_of(s, "Expand")? })));
     r.register("Tile", |s| Ok(Box::new(TileKernel { dtype: width_of(s, "Tile")? })));
-    r.register("Shape", |s| Ok(Box::new(ShapeKernel { op: op::<ShapeOf>(s)?.clone() })));
+    r.register("Shape", |s| Ok(Box::new(ShapeKernel { op: s.op_as::<ShapeOf>()?.clone() })));
     r.register("Size", |_| Ok(Box::new(SizeKernel)));
     r.register("ConstantOfShape", |s| {
-        let c = op::<ConstantOfShape>(s)?;
+        let c = s.op_as::<ConstantOfShape>()?;
         let value = c.value.bytes().map_err(|e| EpError::Unsupported(e.to_string()))?.to_vec();
         if value.is_empty() {
             return Err(unsupported_dtype("ConstantOfShape", c.value.dtype()));
@@ -400,7 +403,7 @@ pub fn register_all(r: &mut KernelRegistry) {
         Ok(Box::new(ConstantOfShapeKernel { value }))
     });
     r.register("Range", |s| {
-        let dtype = out_dtype(s, 0)?;
+        let dtype = s.output_dtype(0)?;
         if !(dtype.is_byte_aligned()
             && (dtype.is_int()
                 || matches!(dtype, DType::F32 | DType::F64 | DType::F16 | DType::BF16)))

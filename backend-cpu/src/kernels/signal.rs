@@ -12,7 +12,7 @@ use rayon::prelude::*;
 use crate::par::Loop;
 
 use super::dispatch::{AsF64, floats, numeric};
-use super::{CpuKernel, KernelIo, KernelRegistry, in_dtype, op, out_dtype, unsupported_dtype};
+use super::{CpuKernel, KernelIo, KernelRegistry, unsupported_dtype};
 
 /// A complex number as `(re, im)`.
 type C = (f64, f64);
@@ -296,7 +296,7 @@ impl CpuKernel for StftKernel {
 }
 
 fn build_window(s: &KernelSpec<'_>) -> Result<Box<dyn CpuKernel>, EpError> {
-    Ok(Box::new(WindowKernel { op: op::<WindowFn>(s)?.clone() }))
+    Ok(Box::new(WindowKernel { op: s.op_as::<WindowFn>()?.clone() }))
 }
 
 /// Registers the family.
@@ -305,14 +305,14 @@ pub(crate) fn register_all(r: &mut KernelRegistry) {
     r.register("HammingWindow", build_window);
     r.register("BlackmanWindow", build_window);
     r.register("MelWeightMatrix", |s| {
-        op::<MelWeightMatrix>(s)?;
-        Ok(Box::new(MelKernel { dtype: out_dtype(s, 0)? }))
+        s.op_as::<MelWeightMatrix>()?;
+        Ok(Box::new(MelKernel { dtype: s.output_dtype(0)? }))
     });
     r.register("DFT", |s| {
-        Ok(Box::new(DftKernel { dtype: in_dtype(s, 0)?, op: op::<Dft>(s)?.clone() }))
+        Ok(Box::new(DftKernel { dtype: s.input_dtype(0)?, op: s.op_as::<Dft>()?.clone() }))
     });
     r.register("STFT", |s| {
-        Ok(Box::new(StftKernel { dtype: in_dtype(s, 0)?, op: op::<Stft>(s)?.clone() }))
+        Ok(Box::new(StftKernel { dtype: s.input_dtype(0)?, op: s.op_as::<Stft>()?.clone() }))
     });
 }
 

@@ -13,7 +13,7 @@ use super::conv::unravel;
 use super::dispatch::{AsF64, by_width, floats, numeric};
 use super::matmul::{GemmType, Mat, gemm_into};
 use super::scatter::Arith;
-use super::{CpuKernel, KernelIo, KernelRegistry, in_dtype, op, unsupported_dtype};
+use super::{CpuKernel, KernelIo, KernelRegistry, unsupported_dtype};
 
 fn kernel_err(e: impl std::fmt::Display) -> EpError {
     EpError::Kernel(e.to_string())
@@ -295,7 +295,7 @@ impl CpuKernel for CenterCropPadKernel {
 /// Registers the family.
 pub(crate) fn register_all(r: &mut KernelRegistry) {
     fn spec_of<O: onyx_core::ops::Op + Clone>(s: &KernelSpec<'_>) -> Result<(DType, O), EpError> {
-        Ok((in_dtype(s, 0)?, op::<O>(s)?.clone()))
+        Ok((s.input_dtype(0)?, s.op_as::<O>()?.clone()))
     }
     r.register("LpPool", |s| {
         let (dtype, op) = spec_of::<LpPool>(s)?;
@@ -317,8 +317,8 @@ pub(crate) fn register_all(r: &mut KernelRegistry) {
         Ok(Box::new(ConvTransposeKernel { dtype, op }))
     });
     r.register("CenterCropPad", |s| {
-        op::<CenterCropPad>(s)?;
-        Ok(Box::new(CenterCropPadKernel { dtype: in_dtype(s, 0)? }))
+        s.op_as::<CenterCropPad>()?;
+        Ok(Box::new(CenterCropPadKernel { dtype: s.input_dtype(0)? }))
     });
 }
 

@@ -13,7 +13,7 @@ use crate::par::Loop;
 
 use super::dispatch::{AsF64, floats};
 use super::nn::output_from_input;
-use super::{CpuKernel, KernelIo, KernelRegistry, in_dtype, op, unsupported_dtype};
+use super::{CpuKernel, KernelIo, KernelRegistry, unsupported_dtype};
 
 fn kernel_err(e: impl std::fmt::Display) -> EpError {
     EpError::Kernel(e.to_string())
@@ -249,30 +249,30 @@ float_kernel!(LrnKernel, Lrn, lrn);
 float_kernel!(LossKernel, Loss, loss);
 
 fn build_group_norm(s: &KernelSpec<'_>) -> Result<Box<dyn CpuKernel>, EpError> {
-    let dtype = in_dtype(s, 0)?;
-    Ok(Box::new(GroupNormKernel { dtype, op: op::<GroupNorm>(s)?.clone() }))
+    let dtype = s.input_dtype(0)?;
+    Ok(Box::new(GroupNormKernel { dtype, op: s.op_as::<GroupNorm>()?.clone() }))
 }
 
 fn build_loss(s: &KernelSpec<'_>) -> Result<Box<dyn CpuKernel>, EpError> {
-    let dtype = in_dtype(s, 0)?;
-    Ok(Box::new(LossKernel { dtype, op: op::<Loss>(s)?.clone() }))
+    let dtype = s.input_dtype(0)?;
+    Ok(Box::new(LossKernel { dtype, op: s.op_as::<Loss>()?.clone() }))
 }
 
 /// Registers the family.
 pub(crate) fn register_all(r: &mut KernelRegistry) {
     r.register("LpNormalization", |s| {
-        let dtype = in_dtype(s, 0)?;
-        Ok(Box::new(LpNormKernel { dtype, op: op::<LpNorm>(s)?.clone() }))
+        let dtype = s.input_dtype(0)?;
+        Ok(Box::new(LpNormKernel { dtype, op: s.op_as::<LpNorm>()?.clone() }))
     });
     r.register("MeanVarianceNormalization", |s| {
-        let dtype = in_dtype(s, 0)?;
-        Ok(Box::new(MeanVarianceKernel { dtype, op: op::<MeanVarianceNorm>(s)?.clone() }))
+        let dtype = s.input_dtype(0)?;
+        Ok(Box::new(MeanVarianceKernel { dtype, op: s.op_as::<MeanVarianceNorm>()?.clone() }))
     });
     r.register("InstanceNormalization", build_group_norm);
     r.register("GroupNormalization", build_group_norm);
     r.register("LRN", |s| {
-        let dtype = in_dtype(s, 0)?;
-        Ok(Box::new(LrnKernel { dtype, op: op::<Lrn>(s)?.clone() }))
+        let dtype = s.input_dtype(0)?;
+        Ok(Box::new(LrnKernel { dtype, op: s.op_as::<Lrn>()?.clone() }))
     });
     r.register("NegativeLogLikelihoodLoss", build_loss);
     r.register("SoftmaxCrossEntropyLoss", build_loss);

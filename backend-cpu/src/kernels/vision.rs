@@ -14,7 +14,7 @@ use crate::par::Loop;
 use super::conv::unravel;
 use super::dispatch::{AsF64, floats, numeric};
 use super::matmul::{GemmType, Mat, gemm_into};
-use super::{CpuKernel, KernelIo, KernelRegistry, in_dtype, op, unsupported_dtype};
+use super::{CpuKernel, KernelIo, KernelRegistry, unsupported_dtype};
 
 fn affine_grid<T: AsF64 + bytemuck::Pod + Send + Sync>(
     io: &KernelIo,
@@ -455,7 +455,7 @@ impl CpuKernel for GridSampleKernel {
 }
 
 fn parts<O: onyx_core::ops::Op + Clone>(s: &KernelSpec<'_>) -> Result<(DType, O), EpError> {
-    Ok((in_dtype(s, 0)?, op::<O>(s)?.clone()))
+    Ok((s.input_dtype(0)?, s.op_as::<O>()?.clone()))
 }
 
 /// Registers the family.
@@ -480,7 +480,7 @@ pub(crate) fn register_all(r: &mut KernelRegistry) {
         Ok(Box::new(RoiAlignKernel { dtype, op }))
     });
     r.register("NonMaxSuppression", |s| {
-        Ok(Box::new(NmsKernel { op: op::<NonMaxSuppression>(s)?.clone() }))
+        Ok(Box::new(NmsKernel { op: s.op_as::<NonMaxSuppression>()?.clone() }))
     });
 }
 

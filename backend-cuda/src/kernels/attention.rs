@@ -25,7 +25,7 @@ use onyx_kernels::Kernel;
 
 use super::elementwise::entry;
 use super::nn::kernel_err;
-use super::{CudaKernel, Io, Registry, in_dtype, op, unsupported};
+use super::{CudaKernel, Io, Registry, unsupported};
 use crate::gpu::{Args, Gpu};
 
 /// Head sizes with a tensor-core entry point (`attention_mma{D}_*`).
@@ -272,8 +272,8 @@ impl CudaKernel for AttentionKernel {
 }
 
 fn build_attention(spec: &KernelSpec<'_>) -> Result<Box<dyn CudaKernel>, EpError> {
-    let op = op::<Attention>(spec)?.clone();
-    let dtype = in_dtype(spec, 0)?;
+    let op = spec.op_as::<Attention>()?.clone();
+    let dtype = spec.input_dtype(0)?;
     if !matches!(dtype, DType::F32 | DType::F16 | DType::BF16) {
         return Err(unsupported("Attention", dtype));
     }
@@ -287,7 +287,7 @@ fn build_attention(spec: &KernelSpec<'_>) -> Result<Box<dyn CudaKernel>, EpError
         Some("softcap")
     } else if op.left_window >= 0 || op.right_window >= 0 {
         Some("a sliding window")
-    } else if [1, 2].iter().any(|&i| in_dtype(spec, i).ok() != Some(dtype)) {
+    } else if [1, 2].iter().any(|&i| spec.input_dtype(i).ok() != Some(dtype)) {
         Some("K or V of another dtype than Q")
     } else {
         None

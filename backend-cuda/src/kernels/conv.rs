@@ -16,7 +16,7 @@ use onyx_core::shape::Dim;
 use onyx_kernels::Kernel;
 
 use super::elementwise::entry;
-use super::{CudaKernel, Io, Registry, in_dtype, op, unsupported};
+use super::{CudaKernel, Io, Registry, unsupported};
 use crate::gpu::{Args, Gpu};
 
 /// `FastDiv` in conv.cu: division by `d` as `(umulhi(n, m) + n) >> s`, exact
@@ -411,24 +411,24 @@ impl CudaKernel for ConvTransposeKernel {
 }
 
 fn build_conv_transpose(spec: &KernelSpec<'_>) -> Result<Box<dyn CudaKernel>, EpError> {
-    let dtype = in_dtype(spec, 0)?;
+    let dtype = spec.input_dtype(0)?;
     if !matches!(dtype, DType::F32 | DType::F16 | DType::BF16 | DType::F64)
-        || in_dtype(spec, 1)? != dtype
+        || spec.input_dtype(1)? != dtype
     {
         return Err(unsupported("ConvTranspose", dtype));
     }
-    Ok(Box::new(ConvTransposeKernel { op: op::<ConvTranspose>(spec)?.clone(), dtype }))
+    Ok(Box::new(ConvTransposeKernel { op: spec.op_as::<ConvTranspose>()?.clone(), dtype }))
 }
 
 fn build_conv(spec: &KernelSpec<'_>) -> Result<Box<dyn CudaKernel>, EpError> {
-    let dtype = in_dtype(spec, 0)?;
+    let dtype = spec.input_dtype(0)?;
     if !matches!(dtype, DType::F32 | DType::F16 | DType::BF16 | DType::F64) {
         return Err(unsupported("Conv", dtype));
     }
-    if in_dtype(spec, 1)? != dtype {
+    if spec.input_dtype(1)? != dtype {
         return Err(unsupported("Conv with weights of another dtype", dtype));
     }
-    Ok(Box::new(ConvKernel { op: op::<Conv>(spec)?.clone(), dtype }))
+    Ok(Box::new(ConvKernel { op: spec.op_as::<Conv>()?.clone(), dtype }))
 }
 
 /// Registers Conv and ConvTranspose.

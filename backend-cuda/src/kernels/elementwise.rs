@@ -3,16 +3,14 @@
 use onyx_core::dtype::DType;
 use onyx_core::ep::{EpError, KernelSpec};
 use onyx_core::float8::RoundMode;
+use onyx_core::ops::codes::{BinaryCode, UnaryCode};
 use onyx_core::ops::elementwise::{
-    BINARY_OPS, Binary, BinaryKind, Clip, UNARY_OPS, Unary, UnaryKind, Variadic, VariadicKind,
+    BINARY_OPS, Binary, BinaryKind, Clip, UNARY_OPS, Unary, Variadic, VariadicKind,
 };
 use onyx_core::ops::generate::{Cast, CastLike};
 use onyx_kernels::Kernel;
 
-use super::{
-    CudaKernel, Io, Registry, Strided, in_dtype, is_float, is_int, op, out_dtype, suffix,
-    unsupported, width,
-};
+use super::{CudaKernel, Io, Registry, Strided, is_float, is_int, suffix, unsupported, width};
 use crate::gpu::{Args, Gpu};
 
 /// `UnaryArgs` in elementwise.cu.
@@ -42,71 +40,6 @@ pub(crate) fn entry(prefix: &str, dtype: DType) -> Result<&'static str, EpError>
     Ok(*map.entry(name.clone()).or_insert_with(|| Box::leak(name.into_boxed_str())))
 }
 
-/// The unary_float op number and its parameters (alpha, beta, gamma).
-fn float_unary(kind: UnaryKind) -> Option<(i32, [f32; 3])> {
-    use UnaryKind::*;
-    let z = [0.0; 3];
-    Some(match kind {
-        Abs => (0, z),
-        Neg => (1, z),
-        Exp => (2, z),
-        Log => (3, z),
-        Sqrt => (4, z),
-        Reciprocal => (5, z),
-        Floor => (6, z),
-        Ceil => (7, z),
-        Round => (8, z),
-        Sign => (9, z),
-        Sin => (10, z),
-        Cos => (11, z),
-        Tan => (12, z),
-        Asin => (13, z),
-        Acos => (14, z),
-        Atan => (15, z),
-        Sinh => (16, z),
-        Cosh => (17, z),
-        Asinh => (18, z),
-        Acosh => (19, z),
-        Atanh => (20, z),
-        Relu => (21, z),
-        Sigmoid => (22, z),
-        Tanh => (23, z),
-        Erf => (24, z),
-        Softplus => (25, z),
-        Softsign => (26, z),
-        LeakyRelu { alpha } => (27, [alpha, 0.0, 0.0]),
-        Elu { alpha } => (28, [alpha, 0.0, 0.0]),
-        Selu { alpha, gamma } => (29, [alpha, 0.0, gamma]),
-        HardSigmoid { alpha, beta } => (30, [alpha, beta, 0.0]),
-        HardSwish => (31, z),
-        Celu { alpha } => (32, [alpha, 0.0, 0.0]),
-        ThresholdedRelu { alpha } => (33, [alpha, 0.0, 0.0]),
-        Mish => (34, z),
-        Gelu { tanh_approximation: false } => (35, z),
-        Gelu { tanh_approximation: true } => (36, z),
-        Shrink { bias, lambd } => (37, [bias, lambd, 0.0]),
-        IsNaN => (100, z),
-        IsInf { detect_positive, detect_negative } => {
-            (101, [detect_positive as u8 as f32, detect_negative as u8 as f32, 0.0])
-        }
-        Not | BitwiseNot => return None,
-    })
-}
-
-/// The unary_int op number.
-fn int_unary(kind: UnaryKind, dtype: DType) -> Option<i32> {
-    let signed = dtype.is_signed_int();
-    Some(match kind {
-        UnaryKind::Abs if dtype != DType::Bool => 0,
-        UnaryKind::Neg if signed => 1,
-        UnaryKind::Sign if dtype != DType::Bool => 2,
-        UnaryKind::Relu if signed => 3,
-        UnaryKind::BitwiseNot if dtype != DType::Bool => 4,
-        UnaryKind::Not if dtype == DType::Bool => 5,
-        _ => return None,
-    })
-}
-
 /// One launch of a `(UnaryArgs, x, y)` entry point over the output.
 struct UnaryKernel {
     name: &'static str,
@@ -134,49 +67,34 @@ impl CudaKernel for UnaryKernel {
 }
 
 fn build_unary(spec: &KernelSpec<'_>) -> Result<Box<dyn CudaKernel>, EpError> {
-    let kind = op::<Unary>(spec)?.kind;
-    let dtype = in_dtype(spec, 0)?;
-    let args = |op: i32, p: [f32; 3]| UnaryArgs { n: 0, op, alpha: p[0], beta: p[1], gamma: p[2] };
+    let kind = spec.op_as::<Unary>()?.kind;
+    let dtype = spec.input_dtype(0)?;
+    let args = |op: u32, p: [f32; 3]| UnaryArgs {
+        n: 0,
+        op: op as i32,
+        alpha: p[0],
+        beta: p[1],
+        gamma: p[2],
+    };
     if is_float(dtype) {
-        if let Some((code, p)) = float_unary(kind) {
-            let prefix = if code >= 100 { "float_test" } else { "unary_float" };
-            return Ok(Box::new(UnaryKernel { name: entry(prefix, dtype)?, args: args(code, p) }));
+        if let Some((code, p)) = kind.float_code() {
+            let test = matches!(code, UnaryCode::IsNan | UnaryCode::IsInf);
+            let prefix = if test { "float_test" } else { "unary_float" };
+            let args = args(code.code(), p);
+            return Ok(Box::new(UnaryKernel { name: entry(prefix, dtype)?, args }));
         }
-    } else if let Some(code) = int_unary(kind, dtype) {
+    } else if let Some(code) = kind.int_code(dtype) {
         return Ok(Box::new(UnaryKernel {
             name: entry("unary_int", dtype)?,
-            args: args(code, [0.0; 3]),
+            args: args(code.code(), [0.0; 3]),
         }));
     }
     Err(unsupported(&spec.node.op_type, dtype))
 }
 
-/// The binary op code in elementwise.cu.
-fn binary_code(kind: BinaryKind) -> i32 {
-    use BinaryKind::*;
-    match kind {
-        Add => 0,
-        Sub => 1,
-        Mul => 2,
-        Div => 3,
-        Pow => 4,
-        Mod { fmod: false } => 5,
-        Mod { fmod: true } => 6,
-        BitShiftLeft => 7,
-        BitShiftRight => 8,
-        BitwiseAnd => 9,
-        BitwiseOr => 10,
-        BitwiseXor => 11,
-        PRelu => 12,
-        Equal => 0,
-        Less => 1,
-        Greater => 2,
-        LessOrEqual => 3,
-        GreaterOrEqual => 4,
-        And => 5,
-        Or => 6,
-        Xor => 7,
-    }
+/// The binary code in elementwise.cu, as the kernels' `int` argument.
+fn cuda_code(code: BinaryCode) -> i32 {
+    code.code() as i32
 }
 
 /// Broadcasting binary op: `binary_T`, `compare_T`, the vectorized same-shape
@@ -310,7 +228,7 @@ fn repeat_pattern(out: &[usize], sa: &[usize], sb: &[usize], lanes: usize) -> Op
 }
 
 fn binary_kernel(kind: BinaryKind, dtype: DType, other: DType) -> Result<BinaryKernel, EpError> {
-    let code = binary_code(kind);
+    let code = cuda_code(kind.code());
     let bad = || unsupported(&format!("{kind:?}"), dtype);
     if kind == BinaryKind::Pow && other != dtype {
         let base_ok = is_float(dtype) || matches!(dtype, DType::I32 | DType::I64);
@@ -350,18 +268,19 @@ fn binary_kernel(kind: BinaryKind, dtype: DType, other: DType) -> Result<BinaryK
 }
 
 /// com.microsoft `BiasGelu`: `Gelu(A + B)` with the bias along A's last axis,
-/// one pass of the binary kernels (op 15) in place of an Add and a Gelu.
+/// one pass of the binary kernels (`BINARY_BIAS_GELU`) in place of an Add and a Gelu.
 fn build_bias_gelu(spec: &KernelSpec<'_>) -> Result<Box<dyn CudaKernel>, EpError> {
-    let dtype = in_dtype(spec, 0)?;
-    if !is_float(dtype) || in_dtype(spec, 1)? != dtype {
+    let dtype = spec.input_dtype(0)?;
+    if !is_float(dtype) || spec.input_dtype(1)? != dtype {
         return Err(unsupported("BiasGelu", dtype));
     }
-    Ok(Box::new(BinaryKernel { code: 15, dtype, name: entry("binary", dtype)?, mixed: None }))
+    let code = cuda_code(BinaryCode::BiasGelu);
+    Ok(Box::new(BinaryKernel { code, dtype, name: entry("binary", dtype)?, mixed: None }))
 }
 
 fn build_binary(spec: &KernelSpec<'_>) -> Result<Box<dyn CudaKernel>, EpError> {
-    let kind = op::<Binary>(spec)?.kind;
-    Ok(Box::new(binary_kernel(kind, in_dtype(spec, 0)?, in_dtype(spec, 1)?)?))
+    let kind = spec.op_as::<Binary>()?.kind;
+    Ok(Box::new(binary_kernel(kind, spec.input_dtype(0)?, spec.input_dtype(1)?)?))
 }
 
 /// Max/Min/Sum/Mean over any number of inputs: a chain of binary launches into
@@ -383,7 +302,8 @@ impl CudaKernel for VariadicKernel {
         match rest.split_first() {
             // One input: broadcast it into the output as max(x, x) = x.
             None => {
-                BinaryKernel { code: 13, ..self.step.clone() }.run(gpu, out, sa, sa, a, a, y)?
+                let copy = BinaryKernel { code: cuda_code(BinaryCode::Max), ..self.step.clone() };
+                copy.run(gpu, out, sa, sa, a, a, y)?
             }
             Some((&second, others)) => {
                 let (b, sb) = (io.in_ptr(second)?, &io.input(second)?.shape);
@@ -397,7 +317,11 @@ impl CudaKernel for VariadicKernel {
         if let Some(name) = self.mean {
             let k = UnaryKernel {
                 name,
-                args: UnaryArgs { op: 38, alpha: 1.0 / present.len() as f32, ..Default::default() },
+                args: UnaryArgs {
+                    op: UnaryCode::Scale.code() as i32,
+                    alpha: 1.0 / present.len() as f32,
+                    ..Default::default()
+                },
             };
             k.run(gpu, io, y)?;
         }
@@ -406,13 +330,9 @@ impl CudaKernel for VariadicKernel {
 }
 
 fn build_variadic(spec: &KernelSpec<'_>) -> Result<Box<dyn CudaKernel>, EpError> {
-    let v = op::<Variadic>(spec)?;
-    let dtype = in_dtype(spec, 0)?;
-    let kind = match v.kind {
-        VariadicKind::Max => 13,
-        VariadicKind::Min => 14,
-        VariadicKind::Sum | VariadicKind::Mean => 0,
-    };
+    let v = spec.op_as::<Variadic>()?;
+    let dtype = spec.input_dtype(0)?;
+    let kind = cuda_code(v.kind.step_code());
     if !(is_float(dtype) || is_int(dtype)) || (v.kind == VariadicKind::Mean && !is_float(dtype)) {
         return Err(unsupported(&spec.node.op_type, dtype));
     }
@@ -464,8 +384,8 @@ impl CudaKernel for ClipKernel {
 }
 
 fn build_clip(spec: &KernelSpec<'_>) -> Result<Box<dyn CudaKernel>, EpError> {
-    let c = op::<Clip>(spec)?;
-    let dtype = in_dtype(spec, 0)?;
+    let c = spec.op_as::<Clip>()?;
+    let dtype = spec.input_dtype(0)?;
     if !(is_float(dtype) || is_int(dtype)) {
         return Err(unsupported("Clip", dtype));
     }
@@ -501,7 +421,7 @@ impl CudaKernel for WhereKernel {
 }
 
 fn build_where(spec: &KernelSpec<'_>) -> Result<Box<dyn CudaKernel>, EpError> {
-    let dtype = in_dtype(spec, 1)?;
+    let dtype = spec.input_dtype(1)?;
     let name = match width(dtype) {
         Some(1) => "where_w1",
         Some(2) => "where_w2",
@@ -566,13 +486,13 @@ impl CudaKernel for SmallCastKernel {
 }
 
 fn build_cast(spec: &KernelSpec<'_>) -> Result<Box<dyn CudaKernel>, EpError> {
-    let from = in_dtype(spec, 0)?;
-    let to = out_dtype(spec, 0)?;
+    let from = spec.input_dtype(0)?;
+    let to = spec.output_dtype(0)?;
     let fits = |d: DType| suffix(d).is_some() || is_small(d);
     if (is_small(from) || is_small(to)) && fits(from) && fits(to) {
-        let (saturate, mode) = if let Ok(c) = op::<Cast>(spec) {
+        let (saturate, mode) = if let Ok(c) = spec.op_as::<Cast>() {
             (c.saturate, c.round_mode)
-        } else if let Ok(c) = op::<CastLike>(spec) {
+        } else if let Ok(c) = spec.op_as::<CastLike>() {
             (c.saturate, c.round_mode)
         } else {
             (true, RoundMode::Up)

@@ -8,7 +8,7 @@ use onyx_core::ops::shape::ShapeOf;
 use onyx_kernels::Kernel;
 
 use super::movement::{elem_width, name};
-use super::{CudaKernel, Io, Registry, is_float, is_int, op, out_dtype, suffix, unsupported};
+use super::{CudaKernel, Io, Registry, is_float, is_int, suffix, unsupported};
 use crate::gpu::{Args, Gpu};
 
 /// Values per `put_i64` launch (`Values::v` in movement.cu).
@@ -141,17 +141,17 @@ impl CudaKernel for RangeKernel {
 
 /// Registers Shape, Size, ConstantOfShape and Range.
 pub(crate) fn register_all(r: &mut Registry) {
-    r.register("Shape", |s| Ok(Box::new(ShapeKernel { op: op::<ShapeOf>(s)?.clone() })));
+    r.register("Shape", |s| Ok(Box::new(ShapeKernel { op: s.op_as::<ShapeOf>()?.clone() })));
     r.register("Size", |_| Ok(Box::new(SizeKernel)));
     r.register("ConstantOfShape", |s| {
-        let c = op::<ConstantOfShape>(s)?;
+        let c = s.op_as::<ConstantOfShape>()?;
         let dtype = c.value.dtype();
         elem_width("ConstantOfShape", dtype)?;
         let value = c.value.bytes().map_err(|_| unsupported("ConstantOfShape", dtype))?.to_vec();
         Ok(Box::new(ConstantKernel { value }))
     });
     r.register("Range", |s| {
-        let dtype = out_dtype(s, 0)?;
+        let dtype = s.output_dtype(0)?;
         let sfx = suffix(dtype).ok_or_else(|| unsupported("Range", dtype))?;
         let kind = match dtype {
             d if is_float(d) => "float",

@@ -12,7 +12,7 @@ use onyx_core::ops::pad::Pad;
 use onyx_kernels::Kernel;
 
 use super::movement::{MOVE_RANK, axis, fixed, index_suffix, name, signed, width_of};
-use super::{CudaKernel, Io, Registry, in_dtype, op, strides};
+use super::{CudaKernel, Io, Registry, strides};
 use crate::gpu::{Args, Gpu};
 
 /// `GatherArgs` in movement.cu.
@@ -297,25 +297,25 @@ impl CudaKernel for PadKernel {
 
 /// Index kernels need the index dtype's entry suffix.
 fn idx_of(spec: &KernelSpec<'_>) -> Result<&'static str, EpError> {
-    index_suffix(&spec.node.op_type, in_dtype(spec, 1)?)
+    index_suffix(&spec.node.op_type, spec.input_dtype(1)?)
 }
 
 /// Registers Gather, GatherElements, GatherND and Pad.
 pub(crate) fn register_all(r: &mut Registry) {
     r.register("Gather", |s| {
-        let (axis, width, idx) = (op::<Gather>(s)?.axis, width_of(s)?, idx_of(s)?);
+        let (axis, width, idx) = (s.op_as::<Gather>()?.axis, width_of(s)?, idx_of(s)?);
         Ok(Box::new(GatherKernel { axis, width, idx }))
     });
     r.register("GatherElements", |s| {
-        let (axis, width, idx) = (op::<GatherElements>(s)?.axis, width_of(s)?, idx_of(s)?);
+        let (axis, width, idx) = (s.op_as::<GatherElements>()?.axis, width_of(s)?, idx_of(s)?);
         Ok(Box::new(GatherElementsKernel { axis, width, idx }))
     });
     r.register("GatherND", |s| {
-        let (op, width, idx) = (op::<GatherNd>(s)?.clone(), width_of(s)?, idx_of(s)?);
+        let (op, width, idx) = (s.op_as::<GatherNd>()?.clone(), width_of(s)?, idx_of(s)?);
         Ok(Box::new(GatherNdKernel { op, width, idx }))
     });
     r.register("Pad", |s| {
-        Ok(Box::new(PadKernel { op: op::<Pad>(s)?.clone(), width: width_of(s)? }))
+        Ok(Box::new(PadKernel { op: s.op_as::<Pad>()?.clone(), width: width_of(s)? }))
     });
 }
 

@@ -14,9 +14,7 @@ use onyx_core::ep::{EpError, KernelSpec};
 use onyx_core::ops::linalg::Gemm;
 use onyx_kernels::Kernel;
 
-use super::{
-    CudaKernel, Io, Registry, Strided, broadcast_strides, in_dtype, op, unsupported, width,
-};
+use super::{CudaKernel, Io, Registry, Strided, broadcast_strides, unsupported, width};
 use crate::gpu::{Args, Gpu};
 use crate::lt::BiasProduct;
 
@@ -289,7 +287,7 @@ fn is_row_bias(c: &[usize], n: usize) -> bool {
 }
 
 fn float_dtype(s: &KernelSpec<'_>) -> Result<DType, EpError> {
-    let d = in_dtype(s, 0)?;
+    let d = s.input_dtype(0)?;
     if types(d, false).is_none() {
         return Err(unsupported(&s.node.op_type, d));
     }
@@ -300,6 +298,6 @@ fn float_dtype(s: &KernelSpec<'_>) -> Result<DType, EpError> {
 pub(crate) fn register_all(r: &mut Registry) {
     r.register("MatMul", |s| Ok(Box::new(MatMulKernel { dtype: float_dtype(s)? })));
     r.register("Gemm", |s| {
-        Ok(Box::new(GemmKernel { op: op::<Gemm>(s)?.clone(), dtype: float_dtype(s)? }))
+        Ok(Box::new(GemmKernel { op: s.op_as::<Gemm>()?.clone(), dtype: float_dtype(s)? }))
     });
 }

@@ -14,7 +14,7 @@ use onyx_core::ops::movement::{Concat, Slice, Split, Transpose};
 use onyx_core::shape::normalize_axis;
 use onyx_kernels::Kernel;
 
-use super::{CudaKernel, Io, Registry, broadcast_strides, in_dtype, op, strides, unsupported};
+use super::{CudaKernel, Io, Registry, broadcast_strides, strides, unsupported};
 use crate::gpu::{Args, Gpu};
 
 /// The most dims the movement kernels take (`MOVE_RANK` in movement.cu).
@@ -42,7 +42,7 @@ pub(crate) fn elem_width(op: &str, d: DType) -> Result<usize, EpError> {
 
 /// The width of input 0's elements.
 pub(crate) fn width_of(spec: &KernelSpec<'_>) -> Result<usize, EpError> {
-    elem_width(&spec.node.op_type, in_dtype(spec, 0)?)
+    elem_width(&spec.node.op_type, spec.input_dtype(0)?)
 }
 
 /// The suffix of an index dtype (`i32` or `i64`), or `Unsupported`.
@@ -449,18 +449,18 @@ impl CudaKernel for DropoutKernel {
 /// Registers the data-movement kernels.
 pub(crate) fn register_all(r: &mut Registry) {
     r.register("Transpose", |s| {
-        Ok(Box::new(TransposeKernel { op: op::<Transpose>(s)?.clone(), width: width_of(s)? }))
+        Ok(Box::new(TransposeKernel { op: s.op_as::<Transpose>()?.clone(), width: width_of(s)? }))
     });
     r.register("Slice", |s| {
-        Ok(Box::new(SliceKernel { op: op::<Slice>(s)?.clone(), width: width_of(s)? }))
+        Ok(Box::new(SliceKernel { op: s.op_as::<Slice>()?.clone(), width: width_of(s)? }))
     });
     r.register("Expand", |s| Ok(Box::new(ExpandKernel { width: width_of(s)?, tile: false })));
     r.register("Tile", |s| Ok(Box::new(ExpandKernel { width: width_of(s)?, tile: true })));
     r.register("Concat", |s| {
-        Ok(Box::new(ConcatKernel { axis: op::<Concat>(s)?.axis, width: width_of(s)? }))
+        Ok(Box::new(ConcatKernel { axis: s.op_as::<Concat>()?.axis, width: width_of(s)? }))
     });
     r.register("Split", |s| {
-        Ok(Box::new(SplitKernel { op: op::<Split>(s)?.clone(), width: width_of(s)? }))
+        Ok(Box::new(SplitKernel { op: s.op_as::<Split>()?.clone(), width: width_of(s)? }))
     });
     r.register("Dropout", |s| {
         // A training_mode input is a device tensor here: leave it to a host backend.

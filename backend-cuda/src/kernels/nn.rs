@@ -9,11 +9,11 @@
 use cudarc::driver::LaunchConfig;
 use onyx_core::dtype::DType;
 use onyx_core::ep::{EpError, KernelSpec};
-use onyx_core::ops::nn::{BatchNorm, Softmax, SoftmaxKind};
+use onyx_core::ops::nn::{BatchNorm, Softmax};
 use onyx_kernels::Kernel;
 
 use super::elementwise::entry;
-use super::{CudaKernel, Io, Registry, in_dtype, is_float, op, unsupported};
+use super::{CudaKernel, Io, Registry, is_float, unsupported};
 use crate::gpu::{Args, Gpu};
 
 /// The longest row one warp holds in registers (32 lanes × 32 slots).
@@ -147,11 +147,7 @@ impl CudaKernel for SoftmaxKernel {
             return Err(EpError::Kernel("Softmax output differs from its input in size".into()));
         }
         let (xp, yp) = (io.in_ptr(0)?, io.out_ptr(0)?);
-        let op = match self.op.kind {
-            SoftmaxKind::Softmax => 0,
-            SoftmaxKind::LogSoftmax => 1,
-            SoftmaxKind::Hardmax => 2,
-        };
+        let op = self.op.kind.code().code() as i32;
         let mut args = SoftmaxArgs {
             rows: rows as i64,
             len: len as i64,
@@ -186,8 +182,8 @@ impl CudaKernel for SoftmaxKernel {
 }
 
 fn build_softmax(spec: &KernelSpec<'_>) -> Result<Box<dyn CudaKernel>, EpError> {
-    let op = op::<Softmax>(spec)?.clone();
-    let dtype = in_dtype(spec, 0)?;
+    let op = spec.op_as::<Softmax>()?.clone();
+    let dtype = spec.input_dtype(0)?;
     if !is_float(dtype) {
         return Err(unsupported(&spec.node.op_type, dtype));
     }
@@ -279,14 +275,14 @@ impl CudaKernel for BatchNormKernel {
 }
 
 fn build_batch_norm(spec: &KernelSpec<'_>) -> Result<Box<dyn CudaKernel>, EpError> {
-    let eps = op::<BatchNorm>(spec)?.epsilon;
-    let dtype = in_dtype(spec, 0)?;
+    let eps = spec.op_as::<BatchNorm>()?.epsilon;
+    let dtype = spec.input_dtype(0)?;
     if !is_float(dtype) {
         return Err(unsupported("BatchNormalization", dtype));
     }
     let mut params = [DType::F32; 4];
     for (slot, i) in params.iter_mut().zip(1..5) {
-        *slot = in_dtype(spec, i)?;
+        *slot = spec.input_dtype(i)?;
         if !is_float(*slot) {
             return Err(unsupported("BatchNormalization parameters", *slot));
         }

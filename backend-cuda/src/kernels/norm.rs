@@ -17,7 +17,7 @@ use onyx_kernels::Kernel;
 
 use super::elementwise::entry;
 use super::nn::{WARP_ROW, WarpEntries, aligned, kernel_err, row_grid, warp_grid, warp_plan};
-use super::{CudaKernel, Io, Registry, in_dtype, is_float, op, out_dtype, unsupported};
+use super::{CudaKernel, Io, Registry, is_float, unsupported};
 use crate::gpu::{Args, Gpu};
 
 /// `NormArgs` in norm.cu.
@@ -89,7 +89,7 @@ impl Entries {
     /// Checks the dtypes (float input; parameters `params` in the input's
     /// dtype; float statistics) and names the entry points.
     fn new(spec: &KernelSpec<'_>, params: &[usize]) -> Result<Self, EpError> {
-        let dtype = in_dtype(spec, 0)?;
+        let dtype = spec.input_dtype(0)?;
         if !is_float(dtype) {
             return Err(unsupported(&spec.node.op_type, dtype));
         }
@@ -101,7 +101,7 @@ impl Entries {
             }
         }
         let declared: Vec<Option<DType>> =
-            (0..spec.output_dtypes.len()).map(|o| out_dtype(spec, o).ok()).collect();
+            (0..spec.output_dtypes.len()).map(|o| spec.output_dtype(o).ok()).collect();
         // Statistics in a dtype the kernels cannot write: let the planner fall back.
         for d in declared.iter().skip(1).flatten() {
             if !is_float(*d) {
@@ -254,7 +254,7 @@ impl CudaKernel for LayerNormKernel {
 }
 
 fn build_layer_norm(spec: &KernelSpec<'_>) -> Result<Box<dyn CudaKernel>, EpError> {
-    let op = op::<LayerNorm>(spec)?.clone();
+    let op = spec.op_as::<LayerNorm>()?.clone();
     Ok(Box::new(LayerNormKernel { op, run: Entries::new(spec, &[1, 2])? }))
 }
 
@@ -326,7 +326,7 @@ impl CudaKernel for SkipNormKernel {
 }
 
 fn build_skip_norm(spec: &KernelSpec<'_>) -> Result<Box<dyn CudaKernel>, EpError> {
-    let op = op::<SkipNorm>(spec)?.clone();
+    let op = spec.op_as::<SkipNorm>()?.clone();
     Ok(Box::new(SkipNormKernel { op, run: Entries::new(spec, &[1, 2, 3, 4])? }))
 }
 

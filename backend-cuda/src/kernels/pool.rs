@@ -11,7 +11,7 @@ use onyx_kernels::Kernel;
 
 use super::conv::front3;
 use super::elementwise::entry;
-use super::{CudaKernel, Io, Registry, in_dtype, is_float, op, unsupported};
+use super::{CudaKernel, Io, Registry, is_float, unsupported};
 use crate::gpu::{Args, Gpu};
 
 /// `PoolGeom` in pool.cu.
@@ -154,8 +154,8 @@ impl CudaKernel for PoolKernel {
 }
 
 fn build_pool(spec: &KernelSpec<'_>) -> Result<Box<dyn CudaKernel>, EpError> {
-    let p = op::<Pool>(spec)?.clone();
-    let dtype = in_dtype(spec, 0)?;
+    let p = spec.op_as::<Pool>()?.clone();
+    let dtype = spec.input_dtype(0)?;
     let name = match p.kind {
         PoolKind::Max if is_float(dtype) || matches!(dtype, DType::U8 | DType::I8) => {
             entry("max_pool", dtype)?
@@ -217,8 +217,8 @@ impl CudaKernel for GlobalKernel {
 }
 
 fn build_global(spec: &KernelSpec<'_>) -> Result<Box<dyn CudaKernel>, EpError> {
-    let max = op::<GlobalPool>(spec)?.max;
-    let dtype = in_dtype(spec, 0)?;
+    let max = spec.op_as::<GlobalPool>()?.max;
+    let dtype = spec.input_dtype(0)?;
     if !is_float(dtype) {
         return Err(unsupported(&spec.node.op_type, dtype));
     }

@@ -14,7 +14,7 @@ use onyx_core::shape::normalize_axis;
 use onyx_kernels::Kernel;
 
 use super::elementwise::entry;
-use super::{CudaKernel, Io, MAX_RANK, Registry, in_dtype, is_float, is_int, op, strides};
+use super::{CudaKernel, Io, MAX_RANK, Registry, is_float, is_int, strides};
 use super::{unsupported, width};
 use crate::gpu::{Args, Gpu, device_err};
 
@@ -151,23 +151,6 @@ fn launch_reduce(
     unsafe { args.launch(gpu, &f, cfg) }
 }
 
-/// The reduce.cu op code of a reduction.
-fn code(kind: ReduceKind) -> i32 {
-    use ReduceKind::*;
-    match kind {
-        Sum => 0,
-        Mean => 1,
-        Max => 2,
-        Min => 3,
-        Prod => 4,
-        L1 => 5,
-        L2 => 6,
-        LogSum => 7,
-        LogSumExp => 8,
-        SumSquare => 9,
-    }
-}
-
 /// The dtypes the reductions take: the four floats and the byte-aligned
 /// integers (and bool for ReduceMax / ReduceMin).
 fn reducible(d: DType) -> bool {
@@ -214,13 +197,22 @@ impl CudaKernel for ReduceKernel {
             }
             .map_err(device_err("copying a no-op reduction"));
         }
-        launch_reduce(gpu, self.name, &x.shape, &axes, code(self.op.kind), false, io.in_ptr(0)?, y)
+        launch_reduce(
+            gpu,
+            self.name,
+            &x.shape,
+            &axes,
+            self.op.kind.code().code() as i32,
+            false,
+            io.in_ptr(0)?,
+            y,
+        )
     }
 }
 
 fn build_reduce(spec: &KernelSpec<'_>) -> Result<Box<dyn CudaKernel>, EpError> {
-    let op = op::<Reduce>(spec)?.clone();
-    let dtype = in_dtype(spec, 0)?;
+    let op = spec.op_as::<Reduce>()?.clone();
+    let dtype = spec.input_dtype(0)?;
     let boolean = dtype == DType::Bool && matches!(op.kind, ReduceKind::Max | ReduceKind::Min);
     let w = width(dtype).filter(|_| reducible(dtype) || boolean);
     let width = w.ok_or_else(|| unsupported(&spec.node.op_type, dtype))?;
@@ -240,7 +232,7 @@ impl CudaKernel for ArgKernel {
         if x.shape[axis] == 0 {
             return Err(EpError::Kernel("ArgMax/ArgMin over an empty axis".into()));
         }
-        let code = if self.op.max { 0 } else { 1 };
+        let code = self.op.code().code() as i32;
         let y = (io.out_ptr(0)?, io.output(0)?.numel());
         let last = self.op.select_last_index;
         launch_reduce(gpu, self.name, &x.shape, &[axis], code, last, io.in_ptr(0)?, y)
@@ -248,8 +240,8 @@ impl CudaKernel for ArgKernel {
 }
 
 fn build_arg(spec: &KernelSpec<'_>) -> Result<Box<dyn CudaKernel>, EpError> {
-    let op = op::<ArgReduce>(spec)?.clone();
-    let dtype = in_dtype(spec, 0)?;
+    let op = spec.op_as::<ArgReduce>()?.clone();
+    let dtype = spec.input_dtype(0)?;
     if !reducible(dtype) {
         return Err(unsupported(&spec.node.op_type, dtype));
     }

@@ -18,9 +18,7 @@ use onyx_core::ops::resize::{
 use onyx_kernels::Kernel;
 
 use super::elementwise::entry;
-use super::{
-    CudaKernel, Io, MAX_RANK, Registry, in_dtype, is_float, op, strides, unsupported, width,
-};
+use super::{CudaKernel, Io, MAX_RANK, Registry, is_float, strides, unsupported, width};
 use crate::gpu::{Args, Gpu};
 
 /// `ResizeAxis` in resize.cu.
@@ -226,8 +224,8 @@ impl CudaKernel for ResizeKernel {
 }
 
 fn build_resize(spec: &KernelSpec<'_>) -> Result<Box<dyn CudaKernel>, EpError> {
-    let dtype = in_dtype(spec, 0)?;
-    let r = op::<Resize>(spec)?.clone();
+    let dtype = spec.input_dtype(0)?;
+    let r = spec.op_as::<Resize>()?.clone();
     let float = is_float(dtype);
     let copy = r.mode == ResizeMode::Nearest
         && r.coordinate != CoordinateMode::TfCropAndResize

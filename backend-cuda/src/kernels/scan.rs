@@ -10,7 +10,7 @@ use onyx_core::shape::normalize_axis;
 use onyx_kernels::Kernel;
 
 use super::elementwise::entry;
-use super::{CudaKernel, Io, Registry, in_dtype, op, unsupported};
+use super::{CudaKernel, Io, Registry, unsupported};
 use crate::gpu::{Args, Gpu};
 
 /// `ScanShape` in scan.cu.
@@ -79,9 +79,9 @@ impl CudaKernel for ScanKernel {
 }
 
 fn build(spec: &KernelSpec<'_>) -> Result<Box<dyn CudaKernel>, EpError> {
-    let c = op::<Cumulative>(spec)?;
+    let c = spec.op_as::<Cumulative>()?;
     let name = if c.product { "CumProd" } else { "CumSum" };
-    let dtype = in_dtype(spec, 0)?;
+    let dtype = spec.input_dtype(0)?;
     use DType::*;
     if !matches!(dtype, F32 | F64 | F16 | BF16 | I32 | U32 | I64 | U64) {
         return Err(unsupported(name, dtype));

@@ -12,7 +12,7 @@ use onyx_core::ops::scatter::{Reduction, ReverseSequence, ScatterElements, Scatt
 use onyx_kernels::Kernel;
 
 use super::movement::{MOVE_RANK, axis, fixed, index_suffix, name, signed};
-use super::{CudaKernel, Io, Registry, in_dtype, op, strides, suffix, unsupported};
+use super::{CudaKernel, Io, Registry, strides, suffix, unsupported};
 use crate::gpu::{Args, Gpu, device_err};
 
 /// `ScatterElementsArgs` in movement.cu.
@@ -172,7 +172,7 @@ impl CudaKernel for ScatterNdKernel {
 /// The entry point `scatter_{kind}_{T}_{IDX}` for the data and index dtypes;
 /// bool data scatters as bytes without a reduction.
 fn entry(spec: &KernelSpec<'_>, kind: &str, reduction: Reduction) -> Result<&'static str, EpError> {
-    let dtype = in_dtype(spec, 0)?;
+    let dtype = spec.input_dtype(0)?;
     let sfx = match dtype {
         DType::Bool if reduction == Reduction::None => "u8",
         DType::Bool => {
@@ -180,12 +180,12 @@ fn entry(spec: &KernelSpec<'_>, kind: &str, reduction: Reduction) -> Result<&'st
         }
         d => suffix(d).ok_or_else(|| unsupported(&spec.node.op_type, d))?,
     };
-    let idx = index_suffix(&spec.node.op_type, in_dtype(spec, 1)?)?;
+    let idx = index_suffix(&spec.node.op_type, spec.input_dtype(1)?)?;
     Ok(name(format!("scatter_{kind}_{sfx}_{idx}")))
 }
 
 fn build_elements(spec: &KernelSpec<'_>) -> Result<Box<dyn CudaKernel>, EpError> {
-    let op = op::<ScatterElements>(spec)?.clone();
+    let op = spec.op_as::<ScatterElements>()?.clone();
     let entry = entry(spec, "elements", op.reduction)?;
     Ok(Box::new(ScatterElementsKernel { op, entry }))
 }
@@ -234,14 +234,14 @@ impl CudaKernel for ReverseSequenceKernel {
 }
 
 fn build_reverse_sequence(spec: &KernelSpec<'_>) -> Result<Box<dyn CudaKernel>, EpError> {
-    let dtype = in_dtype(spec, 0)?;
+    let dtype = spec.input_dtype(0)?;
     let width = super::movement::elem_width("ReverseSequence", dtype)?;
     if width > 8 {
         return Err(unsupported("ReverseSequence", dtype));
     }
-    let idx = index_suffix("ReverseSequence", in_dtype(spec, 1)?)?;
+    let idx = index_suffix("ReverseSequence", spec.input_dtype(1)?)?;
     let entry = name(format!("reverse_sequence_w{width}_{idx}"));
-    Ok(Box::new(ReverseSequenceKernel { op: op::<ReverseSequence>(spec)?.clone(), entry }))
+    Ok(Box::new(ReverseSequenceKernel { op: spec.op_as::<ReverseSequence>()?.clone(), entry }))
 }
 
 /// Registers ScatterElements, Scatter, ScatterND and ReverseSequence.
@@ -250,7 +250,7 @@ pub(crate) fn register_all(r: &mut Registry) {
     r.register("ScatterElements", build_elements);
     r.register("Scatter", build_elements);
     r.register("ScatterND", |s| {
-        let reduction = op::<ScatterNd>(s)?.reduction;
+        let reduction = s.op_as::<ScatterNd>()?.reduction;
         Ok(Box::new(ScatterNdKernel { reduction, entry: entry(s, "nd", reduction)? }))
     });
 }

@@ -9,7 +9,7 @@ use onyx_core::shape::normalize_axis;
 use onyx_kernels::Kernel;
 
 use super::elementwise::entry;
-use super::{CudaKernel, Io, Registry, in_dtype, op, unsupported};
+use super::{CudaKernel, Io, Registry, unsupported};
 use crate::gpu::{Args, Gpu};
 
 /// `TopKArgs` in select.cu.
@@ -68,11 +68,11 @@ impl CudaKernel for TopKKernel {
 }
 
 fn build_topk(spec: &KernelSpec<'_>) -> Result<Box<dyn CudaKernel>, EpError> {
-    let dtype = in_dtype(spec, 0)?;
+    let dtype = spec.input_dtype(0)?;
     if matches!(dtype, DType::Bool) {
         return Err(unsupported("TopK", dtype));
     }
-    Ok(Box::new(TopKKernel { op: op::<TopK>(spec)?.clone(), name: entry("topk", dtype)? }))
+    Ok(Box::new(TopKKernel { op: spec.op_as::<TopK>()?.clone(), name: entry("topk", dtype)? }))
 }
 
 /// Registers TopK.

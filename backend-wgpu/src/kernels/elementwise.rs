@@ -2,83 +2,19 @@
 
 use onyx_core::dtype::DType;
 use onyx_core::ep::{EpError, KernelSpec};
+use onyx_core::ops::codes::{BinaryCode, UnaryCode};
 use onyx_core::ops::elementwise::{
-    BINARY_OPS, Binary, BinaryKind, Clip, UNARY_OPS, Unary, UnaryKind, Variadic, VariadicKind,
+    BINARY_OPS, Binary, BinaryKind, Clip, UNARY_OPS, Unary, Variadic, VariadicKind,
 };
 use onyx_shaders::Shader;
 
 use super::{
-    Bind, Dispatch, GpuKernel, Grid, Io, Registry, broadcast_strides, in_dtype, is_float, is_int,
-    op, out_dtype, pad8, unsupported, width, words,
+    Bind, Dispatch, GpuKernel, Grid, Io, Registry, broadcast_strides, is_float, is_int, pad8,
+    unsupported, width, words,
 };
 
 fn onnx(d: DType) -> f64 {
     d.to_onnx() as f64
-}
-
-/// The unary_float op number and its parameters (alpha, beta, gamma).
-fn float_unary(kind: UnaryKind) -> Option<(u32, [f32; 3])> {
-    use UnaryKind::*;
-    let z = [0.0; 3];
-    Some(match kind {
-        Abs => (0, z),
-        Neg => (1, z),
-        Exp => (2, z),
-        Log => (3, z),
-        Sqrt => (4, z),
-        Reciprocal => (5, z),
-        Floor => (6, z),
-        Ceil => (7, z),
-        Round => (8, z),
-        Sign => (9, z),
-        Sin => (10, z),
-        Cos => (11, z),
-        Tan => (12, z),
-        Asin => (13, z),
-        Acos => (14, z),
-        Atan => (15, z),
-        Sinh => (16, z),
-        Cosh => (17, z),
-        Asinh => (18, z),
-        Acosh => (19, z),
-        Atanh => (20, z),
-        Relu => (21, z),
-        Sigmoid => (22, z),
-        Tanh => (23, z),
-        Erf => (24, z),
-        Softplus => (25, z),
-        Softsign => (26, z),
-        LeakyRelu { alpha } => (27, [alpha, 0.0, 0.0]),
-        Elu { alpha } => (28, [alpha, 0.0, 0.0]),
-        Selu { alpha, gamma } => (29, [alpha, 0.0, gamma]),
-        HardSigmoid { alpha, beta } => (30, [alpha, beta, 0.0]),
-        HardSwish => (31, z),
-        Celu { alpha } => (32, [alpha, 0.0, 0.0]),
-        ThresholdedRelu { alpha } => (33, [alpha, 0.0, 0.0]),
-        Mish => (34, z),
-        Gelu { tanh_approximation: false } => (35, z),
-        Gelu { tanh_approximation: true } => (36, z),
-        Shrink { bias, lambd } => (37, [bias, lambd, 0.0]),
-        IsNaN => (100, z),
-        IsInf { detect_positive, detect_negative } => {
-            (101, [detect_positive as u8 as f32, detect_negative as u8 as f32, 0.0])
-        }
-        Not | BitwiseNot => return None,
-    })
-}
-
-/// The unary_int op number.
-fn int_unary(kind: UnaryKind, dtype: DType) -> Option<u32> {
-    let signed = dtype.is_signed_int();
-    Some(match kind {
-        UnaryKind::Abs => 0,
-        UnaryKind::Neg if signed => 1,
-        UnaryKind::Sign => 2,
-        UnaryKind::Relu if signed => 3,
-        UnaryKind::BitwiseNot if dtype != DType::Bool => 4,
-        UnaryKind::Not if dtype == DType::Bool => 5,
-        _ => return None,
-    })
 }
 
 struct UnaryKernel {
@@ -121,16 +57,17 @@ impl GpuKernel for UnaryKernel {
 }
 
 fn build_unary(spec: &KernelSpec<'_>) -> Result<Box<dyn GpuKernel>, EpError> {
-    let kind = op::<Unary>(spec)?.kind;
-    let dt_in = in_dtype(spec, 0)?;
-    let dt_out = out_dtype(spec, 0)?;
+    let kind = spec.op_as::<Unary>()?.kind;
+    let dt_in = spec.input_dtype(0)?;
+    let dt_out = spec.output_dtype(0)?;
     if is_float(dt_in) {
-        let (op, params) =
-            float_unary(kind).ok_or_else(|| unsupported(&spec.node.op_type, dt_in))?;
+        let (code, params) =
+            kind.float_code().ok_or_else(|| unsupported(&spec.node.op_type, dt_in))?;
+        let op = code.code();
         return Ok(Box::new(UnaryKernel { shader: Shader::UnaryFloat, op, params, dt_in, dt_out }));
     }
     if is_int(dt_in) {
-        let op = int_unary(kind, dt_in).ok_or_else(|| unsupported(&spec.node.op_type, dt_in))?;
+        let op = kind.int_code(dt_in).ok_or_else(|| unsupported(&spec.node.op_type, dt_in))?.code();
         return Ok(Box::new(UnaryKernel {
             shader: Shader::UnaryInt,
             op,
@@ -167,7 +104,7 @@ impl GpuKernel for ClipKernel {
         let hi = bound(2, self.attr.1, f32::MAX)?;
         UnaryKernel {
             shader: Shader::UnaryFloat,
-            op: 38,
+            op: UnaryCode::Clip.code(),
             params: [lo, hi, 0.0],
             dt_in: self.dtype,
             dt_out: self.dtype,
@@ -181,60 +118,35 @@ impl GpuKernel for ClipKernel {
 }
 
 fn build_clip(spec: &KernelSpec<'_>) -> Result<Box<dyn GpuKernel>, EpError> {
-    let c = op::<Clip>(spec)?;
-    let dtype = in_dtype(spec, 0)?;
+    let c = spec.op_as::<Clip>()?;
+    let dtype = spec.input_dtype(0)?;
     if !is_float(dtype) {
         return Err(unsupported("Clip", dtype));
     }
     Ok(Box::new(ClipKernel { attr: (c.min, c.max), dtype }))
 }
 
+/// The binary_float code, for the kinds defined on floats.
 fn float_binary(kind: BinaryKind) -> Option<u32> {
     use BinaryKind::*;
-    Some(match kind {
-        Add => 0,
-        Sub => 1,
-        Mul => 2,
-        Div => 3,
-        Pow => 4,
-        Mod { fmod: true } => 5,
-        Mod { fmod: false } => 9,
-        PRelu => 6,
-        Equal => 100,
-        Less => 101,
-        Greater => 102,
-        LessOrEqual => 103,
-        GreaterOrEqual => 104,
-        _ => return None,
-    })
+    let bits = matches!(
+        kind,
+        BitShiftLeft | BitShiftRight | BitwiseAnd | BitwiseOr | BitwiseXor | And | Or | Xor
+    );
+    (!bits).then(|| kind.code().code())
 }
 
+/// The binary_int code, for the kinds defined on `dtype` (bool: logic and Equal).
 fn int_binary(kind: BinaryKind, dtype: DType) -> Option<u32> {
     use BinaryKind::*;
     let int = dtype != DType::Bool;
-    Some(match kind {
-        Add if int => 0,
-        Sub if int => 1,
-        Mul if int => 2,
-        Div if int => 3,
-        Mod { fmod: true } if int => 5,
-        Mod { fmod: false } if int => 9,
-        PRelu if int => 6,
-        BitShiftLeft if int => 10,
-        BitShiftRight if int => 11,
-        BitwiseAnd if int => 12,
-        BitwiseOr if int => 13,
-        BitwiseXor if int => 14,
-        And if !int => 20,
-        Or if !int => 21,
-        Xor if !int => 22,
-        Equal => 100,
-        Less if int => 101,
-        Greater if int => 102,
-        LessOrEqual if int => 103,
-        GreaterOrEqual if int => 104,
-        _ => return None,
-    })
+    let defined = match kind {
+        And | Or | Xor => !int,
+        Equal => true,
+        Pow => false,
+        _ => int,
+    };
+    defined.then(|| kind.code().code())
 }
 
 /// A broadcasting binary op (also each step of a variadic one).
@@ -362,8 +274,12 @@ pub(crate) fn add_f32(
     b: (&[usize], Bind),
     out: Bind,
 ) -> Result<Dispatch, EpError> {
-    let add =
-        BinaryKernel { shader: Shader::BinaryFloat, op: 0, dt_in: DType::F32, dt_out: DType::F32 };
+    let add = BinaryKernel {
+        shader: Shader::BinaryFloat,
+        op: BinaryCode::Add.code(),
+        dt_in: DType::F32,
+        dt_out: DType::F32,
+    };
     // The binary dispatch writes Out(0): build it so, then retarget to `out`.
     let as_out = |x: Bind| if x == out { Bind::Out(0) } else { x };
     let mut d = add.dispatch(out_shape, (a.0, as_out(a.1)), (b.0, as_out(b.1)), false)?;
@@ -389,10 +305,10 @@ fn suffix_len(input: &[usize], out: &[usize]) -> Option<usize> {
 }
 
 fn build_binary(spec: &KernelSpec<'_>) -> Result<Box<dyn GpuKernel>, EpError> {
-    let kind = op::<Binary>(spec)?.kind;
-    let dt_in = in_dtype(spec, 0)?;
-    let dt_out = out_dtype(spec, 0)?;
-    if in_dtype(spec, 1)? != dt_in {
+    let kind = spec.op_as::<Binary>()?.kind;
+    let dt_in = spec.input_dtype(0)?;
+    let dt_out = spec.output_dtype(0)?;
+    if spec.input_dtype(1)? != dt_in {
         return Err(EpError::Unsupported(format!(
             "{} with mixed dtypes on wgpu",
             spec.node.op_type
@@ -428,7 +344,7 @@ impl GpuKernel for VariadicKernel {
                 let a = io.input(*only)?;
                 let copy = BinaryKernel {
                     shader: Shader::BinaryFloat,
-                    op: 7,
+                    op: BinaryCode::Max.code(),
                     dt_in: DType::F32,
                     dt_out: DType::F32,
                 };
@@ -468,7 +384,7 @@ impl GpuKernel for VariadicKernel {
                 &[],
                 Grid::Invocations(n as u64),
             )
-            .with("OP", 39.0)
+            .with("OP", f64::from(UnaryCode::Scale.code()))
             .with("DT_IN", 1.0)
             .with("DT_OUT", 1.0);
             d.entry = "main_inplace";
@@ -480,34 +396,24 @@ impl GpuKernel for VariadicKernel {
 }
 
 fn build_variadic(spec: &KernelSpec<'_>) -> Result<Box<dyn GpuKernel>, EpError> {
-    let kind = op::<Variadic>(spec)?.kind;
-    let dtype = out_dtype(spec, 0)?;
+    let kind = spec.op_as::<Variadic>()?.kind;
+    let dtype = spec.output_dtype(0)?;
     let arity = spec.node.inputs.iter().flatten().count();
     if spec.input_dtypes.iter().flatten().any(|d| *d != dtype) {
         return Err(unsupported(&spec.node.op_type, dtype));
     }
     // Steps after the first run in place over the output, which only f32 has;
     // two inputs are a single dispatch of any dtype.
-    let (shader, op) = match (kind, dtype) {
-        (VariadicKind::Max, d) if d == DType::F32 || (arity <= 2 && is_float(d)) => {
-            (Shader::BinaryFloat, 7)
-        }
-        (VariadicKind::Min, d) if d == DType::F32 || (arity <= 2 && is_float(d)) => {
-            (Shader::BinaryFloat, 8)
-        }
-        (VariadicKind::Sum | VariadicKind::Mean, DType::F32) => (Shader::BinaryFloat, 0),
-        (VariadicKind::Sum, d) if arity == 2 && is_float(d) => (Shader::BinaryFloat, 0),
-        (VariadicKind::Max, d) if arity == 2 && is_int(d) && d != DType::Bool => {
-            (Shader::BinaryInt, 7)
-        }
-        (VariadicKind::Min, d) if arity == 2 && is_int(d) && d != DType::Bool => {
-            (Shader::BinaryInt, 8)
-        }
-        (VariadicKind::Sum, d) if arity == 2 && is_int(d) && d != DType::Bool => {
-            (Shader::BinaryInt, 0)
-        }
+    let float = dtype == DType::F32 || (arity <= 2 && is_float(dtype));
+    let int2 = arity == 2 && is_int(dtype) && dtype != DType::Bool;
+    let shader = match kind {
+        VariadicKind::Max | VariadicKind::Min if float => Shader::BinaryFloat,
+        VariadicKind::Sum | VariadicKind::Mean if dtype == DType::F32 => Shader::BinaryFloat,
+        VariadicKind::Sum if arity == 2 && is_float(dtype) => Shader::BinaryFloat,
+        VariadicKind::Max | VariadicKind::Min | VariadicKind::Sum if int2 => Shader::BinaryInt,
         _ => return Err(unsupported(&spec.node.op_type, dtype)),
     };
+    let op = kind.step_code().code();
     if arity < 2 && dtype != DType::F32 {
         return Err(unsupported(&spec.node.op_type, dtype));
     }
@@ -543,7 +449,7 @@ impl GpuKernel for WhereKernel {
 }
 
 fn build_where(spec: &KernelSpec<'_>) -> Result<Box<dyn GpuKernel>, EpError> {
-    let dtype = in_dtype(spec, 1)?;
+    let dtype = spec.input_dtype(1)?;
     let width = width(dtype).ok_or_else(|| unsupported("Where", dtype))?;
     Ok(Box::new(WhereKernel { width }))
 }
@@ -570,8 +476,8 @@ impl GpuKernel for CastKernel {
 }
 
 fn build_cast(spec: &KernelSpec<'_>) -> Result<Box<dyn GpuKernel>, EpError> {
-    let from = in_dtype(spec, 0)?;
-    let to = out_dtype(spec, 0)?;
+    let from = spec.input_dtype(0)?;
+    let to = spec.output_dtype(0)?;
     for d in [from, to] {
         if !(is_float(d) || is_int(d)) {
             return Err(EpError::Unsupported(format!(

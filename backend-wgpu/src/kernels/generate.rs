@@ -6,9 +6,7 @@ use onyx_core::ops::generate::ConstantOfShape;
 use onyx_core::ops::shape::ShapeOf;
 use onyx_shaders::Shader;
 
-use super::{
-    Bind, Dispatch, GpuKernel, Grid, Io, Registry, op, out_dtype, u32_of, unsupported, words,
-};
+use super::{Bind, Dispatch, GpuKernel, Grid, Io, Registry, u32_of, unsupported, words};
 
 /// Words of little-endian int64 values.
 fn i64_words(v: &[i64]) -> Vec<u32> {
@@ -97,10 +95,10 @@ impl GpuKernel for RangeKernel {
 
 /// Registers the generators.
 pub(crate) fn register_all(r: &mut Registry) {
-    r.register("Shape", |s| Ok(Box::new(ShapeKernel { op: op::<ShapeOf>(s)?.clone() })));
+    r.register("Shape", |s| Ok(Box::new(ShapeKernel { op: s.op_as::<ShapeOf>()?.clone() })));
     r.register("Size", |_| Ok(Box::new(SizeKernel)));
     r.register("ConstantOfShape", |s| {
-        let c = op::<ConstantOfShape>(s)?;
+        let c = s.op_as::<ConstantOfShape>()?;
         let dtype = c.value.dtype();
         let bytes = c.value.bytes().map_err(|_| unsupported("ConstantOfShape", dtype))?;
         let pattern: Vec<u32> = match bytes.len() {
@@ -116,7 +114,7 @@ pub(crate) fn register_all(r: &mut Registry) {
         Ok(Box::new(ConstantKernel { pattern, dtype }))
     });
     r.register("Range", |s| {
-        let dtype = out_dtype(s, 0)?;
+        let dtype = s.output_dtype(0)?;
         if !matches!(dtype, DType::F32 | DType::I32 | DType::I64) {
             return Err(unsupported("Range", dtype));
         }

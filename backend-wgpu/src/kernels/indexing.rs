@@ -8,7 +8,7 @@ use onyx_core::shape::normalize_axis;
 use onyx_shaders::Shader;
 
 use super::movement::width_of;
-use super::{Bind, Dispatch, GpuKernel, Grid, Io, Registry, in_dtype, op, pad8, strides, u32_of};
+use super::{Bind, Dispatch, GpuKernel, Grid, Io, Registry, pad8, strides, u32_of};
 use super::{unsupported, words};
 
 /// Which gather, with its attribute.
@@ -105,7 +105,7 @@ fn build(spec: &KernelSpec<'_>, mode: Mode) -> Result<Box<dyn GpuKernel>, EpErro
     if let Mode::Pad(_) = mode {
         return Ok(Box::new(IndexKernel { mode, width, dtype, idx64: false }));
     }
-    let idx64 = match in_dtype(spec, 1)? {
+    let idx64 = match spec.input_dtype(1)? {
         DType::I64 => true,
         DType::I32 => false,
         d => return Err(unsupported(&spec.node.op_type, d)),
@@ -116,8 +116,10 @@ fn build(spec: &KernelSpec<'_>, mode: Mode) -> Result<Box<dyn GpuKernel>, EpErro
 /// Registers GatherElements, GatherND and Pad.
 pub(crate) fn register_all(r: &mut Registry) {
     r.register("GatherElements", |s| {
-        build(s, Mode::Elements { axis: op::<GatherElements>(s)?.axis })
+        build(s, Mode::Elements { axis: s.op_as::<GatherElements>()?.axis })
     });
-    r.register("GatherND", |s| build(s, Mode::Nd { batch_dims: op::<GatherNd>(s)?.batch_dims }));
-    r.register("Pad", |s| build(s, Mode::Pad(op::<Pad>(s)?.clone())));
+    r.register("GatherND", |s| {
+        build(s, Mode::Nd { batch_dims: s.op_as::<GatherNd>()?.batch_dims })
+    });
+    r.register("Pad", |s| build(s, Mode::Pad(s.op_as::<Pad>()?.clone())));
 }

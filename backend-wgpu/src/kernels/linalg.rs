@@ -8,7 +8,7 @@ use onyx_core::ops::linalg::Gemm;
 use onyx_core::shape::Dim;
 use onyx_shaders::Shader;
 
-use super::{Bind, Dispatch, GpuKernel, Grid, Io, Registry, in_dtype, op, u32_of, unsupported};
+use super::{Bind, Dispatch, GpuKernel, Grid, Io, Registry, u32_of, unsupported};
 
 const TILE: usize = 128;
 
@@ -333,10 +333,8 @@ impl GpuKernel for PoolKernel {
         params.extend(front3(&geo.pads_begin, 0)?);
         params.extend(front3(&geo.dilations, 1)?);
         params.extend(front3(&geo.pads_end, 0)?);
-        let (code, include_pad) = match self.op.kind {
-            PoolKind::Max => (0, false),
-            PoolKind::Average { count_include_pad } => (1, count_include_pad),
-        };
+        let code = self.op.kind.code().code();
+        let include_pad = matches!(self.op.kind, PoolKind::Average { count_include_pad: true });
         params.extend([include_pad as u32, (self.op.storage_order == 1) as u32]);
         let indices = io.has_output(1);
         let idx = if indices { Bind::Out(1) } else { Bind::Dummy };
@@ -370,18 +368,18 @@ pub(crate) fn register_all(r: &mut Registry) {
     });
     r.register("Gemm", |s| {
         f32_inputs(s)?;
-        Ok(Box::new(GemmKernel { op: op::<Gemm>(s)?.clone() }))
+        Ok(Box::new(GemmKernel { op: s.op_as::<Gemm>()?.clone() }))
     });
     r.register("Conv", |s| {
         f32_inputs(s)?;
-        Ok(Box::new(ConvKernel { op: op::<Conv>(s)?.clone() }))
+        Ok(Box::new(ConvKernel { op: s.op_as::<Conv>()?.clone() }))
     });
     for name in ["MaxPool", "AveragePool"] {
         r.register(name, |s| {
-            if in_dtype(s, 0)? != DType::F32 {
-                return Err(unsupported(&s.node.op_type, in_dtype(s, 0)?));
+            if s.input_dtype(0)? != DType::F32 {
+                return Err(unsupported(&s.node.op_type, s.input_dtype(0)?));
             }
-            Ok(Box::new(PoolKernel { op: op::<Pool>(s)?.clone() }))
+            Ok(Box::new(PoolKernel { op: s.op_as::<Pool>()?.clone() }))
         });
     }
 }

@@ -12,11 +12,8 @@ mod norm;
 mod reduce;
 mod resize;
 
-use std::collections::HashMap;
-
 use onyx_core::dtype::DType;
-use onyx_core::ep::{EpError, KernelSpec, TensorArg};
-use onyx_core::tensor::Tensor;
+use onyx_core::ep::{EpError, Launch};
 use onyx_shaders::Shader;
 
 /// What a binding slot is bound to.
@@ -78,73 +75,19 @@ impl Dispatch {
     }
 }
 
-/// The tensors of one launch, as a kernel sees them.
+/// The tensors of one launch, as a kernel sees them: the shared [`Launch`]
+/// accessors (through `Deref`) and what the adapter can do.
 pub(crate) struct Io<'a> {
-    pub inputs: &'a [Option<TensorArg>],
-    pub outputs: &'a [Option<TensorArg>],
-    pub values: &'a [Option<Tensor>],
+    pub launch: Launch<'a>,
     /// The adapter computes in f16 natively (`SHADER_F16`).
     pub shader_f16: bool,
 }
 
-impl Io<'_> {
-    pub fn input(&self, i: usize) -> Result<&TensorArg, EpError> {
-        self.inputs
-            .get(i)
-            .and_then(Option::as_ref)
-            .ok_or_else(|| EpError::Kernel(format!("input {i} is required")))
-    }
+impl<'a> std::ops::Deref for Io<'a> {
+    type Target = Launch<'a>;
 
-    pub fn output(&self, o: usize) -> Result<&TensorArg, EpError> {
-        self.outputs
-            .get(o)
-            .and_then(Option::as_ref)
-            .ok_or_else(|| EpError::Kernel(format!("output {o} is not requested")))
-    }
-
-    pub fn has_output(&self, o: usize) -> bool {
-        self.outputs.get(o).is_some_and(Option::is_some)
-    }
-
-    /// A value input (shape argument) as i64s.
-    pub fn ints(&self, i: usize) -> Result<Vec<i64>, EpError> {
-        let t = self
-            .values
-            .get(i)
-            .and_then(Option::as_ref)
-            .ok_or_else(|| EpError::Kernel(format!("value input {i} missing")))?;
-        t.to_i64_vec().map_err(|e| EpError::Kernel(e.to_string()))
-    }
-
-    /// A value input as f64s.
-    pub fn floats(&self, i: usize) -> Result<Vec<f64>, EpError> {
-        let t = self
-            .values
-            .get(i)
-            .and_then(Option::as_ref)
-            .ok_or_else(|| EpError::Kernel(format!("value input {i} missing")))?;
-        t.to_f64_vec().map_err(|e| EpError::Kernel(e.to_string()))
-    }
-
-    /// Whether value input `i` was given.
-    pub fn has_value(&self, i: usize) -> bool {
-        self.values.get(i).is_some_and(Option::is_some)
-    }
-
-    /// Whether device input `i` was given.
-    pub fn has_input(&self, i: usize) -> bool {
-        self.inputs.get(i).is_some_and(Option::is_some)
-    }
-
-    /// Whether output 0 shares its buffer with input `i` (in place).
-    pub fn aliased(&self, i: usize) -> bool {
-        match (
-            self.inputs.get(i).and_then(Option::as_ref),
-            self.outputs.first().and_then(Option::as_ref),
-        ) {
-            (Some(a), Some(b)) => a.buffer == b.buffer,
-            _ => false,
-        }
+    fn deref(&self) -> &Launch<'a> {
+        &self.launch
     }
 }
 
@@ -159,78 +102,21 @@ pub(crate) trait GpuKernel: Send + Sync {
     }
 }
 
-/// Builds a kernel for a node.
-pub(crate) type Builder = fn(&KernelSpec<'_>) -> Result<Box<dyn GpuKernel>, EpError>;
+/// `(domain, op_type)` → builder: the registry of `onyx_core::ep`.
+pub(crate) type Registry = onyx_core::ep::KernelRegistry<dyn GpuKernel>;
 
-/// `(domain, op_type)` → builder.
-#[derive(Default)]
-pub(crate) struct Registry {
-    builders: HashMap<(String, String), Builder>,
-}
-
-impl Registry {
-    pub fn standard() -> Self {
-        let mut r = Registry::default();
-        elementwise::register_all(&mut r);
-        movement::register_all(&mut r);
-        indexing::register_all(&mut r);
-        resize::register_all(&mut r);
-        generate::register_all(&mut r);
-        reduce::register_all(&mut r);
-        nn::register_all(&mut r);
-        norm::register_all(&mut r);
-        linalg::register_all(&mut r);
-        r
-    }
-
-    pub fn register(&mut self, op_type: &str, builder: Builder) {
-        self.register_in(onyx_core::graph::DEFAULT_DOMAIN, op_type, builder);
-    }
-
-    pub fn register_in(&mut self, domain: &str, op_type: &str, builder: Builder) {
-        self.builders.insert((domain.to_string(), op_type.to_string()), builder);
-    }
-
-    pub fn contains(&self, domain: &str, op_type: &str) -> bool {
-        self.builders.contains_key(&(domain.to_string(), op_type.to_string()))
-    }
-
-    pub fn build(&self, spec: &KernelSpec<'_>) -> Result<Box<dyn GpuKernel>, EpError> {
-        let node = spec.node;
-        let b =
-            self.builders.get(&(node.domain.clone(), node.op_type.clone())).ok_or_else(|| {
-                EpError::Unsupported(format!(
-                    "no wgpu kernel for {}::{}",
-                    node.domain, node.op_type
-                ))
-            })?;
-        b(spec)
-    }
-}
-
-/// The dtype of input `i`.
-pub(crate) fn in_dtype(spec: &KernelSpec<'_>, i: usize) -> Result<DType, EpError> {
-    spec.input_dtypes
-        .get(i)
-        .copied()
-        .flatten()
-        .ok_or_else(|| EpError::Unsupported(format!("input {i} has no dtype")))
-}
-
-/// The dtype of output `o`.
-pub(crate) fn out_dtype(spec: &KernelSpec<'_>, o: usize) -> Result<DType, EpError> {
-    spec.output_dtypes
-        .get(o)
-        .copied()
-        .flatten()
-        .ok_or_else(|| EpError::Unsupported(format!("output {o} has no dtype")))
-}
-
-/// The parsed op.
-pub(crate) fn op<'a, T: onyx_core::ops::Op>(spec: &'a KernelSpec<'_>) -> Result<&'a T, EpError> {
-    onyx_core::ops::downcast::<T>(spec.op).ok_or_else(|| {
-        EpError::Unsupported(format!("unexpected op type for {}", spec.node.op_type))
-    })
+pub(crate) fn standard() -> Registry {
+    let mut r = Registry::new("wgpu");
+    elementwise::register_all(&mut r);
+    movement::register_all(&mut r);
+    indexing::register_all(&mut r);
+    resize::register_all(&mut r);
+    generate::register_all(&mut r);
+    reduce::register_all(&mut r);
+    nn::register_all(&mut r);
+    norm::register_all(&mut r);
+    linalg::register_all(&mut r);
+    r
 }
 
 pub(crate) fn unsupported(op: &str, dtype: DType) -> EpError {

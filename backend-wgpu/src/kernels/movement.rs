@@ -8,8 +8,8 @@ use onyx_core::shape::normalize_axis;
 use onyx_shaders::Shader;
 
 use super::{
-    Bind, Dispatch, GpuKernel, Grid, Io, Registry, broadcast_strides, in_dtype, op, pad8,
-    pad8_signed, strides, u32_of, unsupported, width, words,
+    Bind, Dispatch, GpuKernel, Grid, Io, Registry, broadcast_strides, pad8, pad8_signed, strides,
+    u32_of, unsupported, width, words,
 };
 
 const NONE: u32 = u32::MAX;
@@ -61,7 +61,7 @@ fn signed(v: &[usize]) -> Vec<i64> {
 }
 
 pub(crate) fn width_of(spec: &KernelSpec<'_>, op: &str) -> Result<(u32, DType), EpError> {
-    let d = in_dtype(spec, 0)?;
+    let d = spec.input_dtype(0)?;
     Ok((width(d).ok_or_else(|| unsupported(op, d))?, d))
 }
 
@@ -336,11 +336,11 @@ impl GpuKernel for DropoutKernel {
 pub(crate) fn register_all(r: &mut Registry) {
     r.register("Transpose", |s| {
         let (width, dtype) = width_of(s, "Transpose")?;
-        Ok(Box::new(TransposeKernel { op: op::<Transpose>(s)?.clone(), width, dtype }))
+        Ok(Box::new(TransposeKernel { op: s.op_as::<Transpose>()?.clone(), width, dtype }))
     });
     r.register("Slice", |s| {
         let (width, dtype) = width_of(s, "Slice")?;
-        Ok(Box::new(SliceKernel { op: op::<Slice>(s)?.clone(), width, dtype }))
+        Ok(Box::new(SliceKernel { op: s.op_as::<Slice>()?.clone(), width, dtype }))
     });
     r.register("Expand", |s| {
         let (width, dtype) = width_of(s, "Expand")?;
@@ -352,20 +352,20 @@ pub(crate) fn register_all(r: &mut Registry) {
     });
     r.register("Concat", |s| {
         let (width, dtype) = width_of(s, "Concat")?;
-        Ok(Box::new(ConcatKernel { axis: op::<Concat>(s)?.axis, width, dtype }))
+        Ok(Box::new(ConcatKernel { axis: s.op_as::<Concat>()?.axis, width, dtype }))
     });
     r.register("Split", |s| {
         let (width, dtype) = width_of(s, "Split")?;
-        Ok(Box::new(SplitKernel { axis: op::<Split>(s)?.axis, width, dtype }))
+        Ok(Box::new(SplitKernel { axis: s.op_as::<Split>()?.axis, width, dtype }))
     });
     r.register("Gather", |s| {
         let (width, dtype) = width_of(s, "Gather")?;
-        let idx64 = match in_dtype(s, 1)? {
+        let idx64 = match s.input_dtype(1)? {
             DType::I64 => true,
             DType::I32 => false,
             d => return Err(unsupported("Gather indices", d)),
         };
-        Ok(Box::new(GatherKernel { axis: op::<Gather>(s)?.axis, width, dtype, idx64 }))
+        Ok(Box::new(GatherKernel { axis: s.op_as::<Gather>()?.axis, width, dtype, idx64 }))
     });
     r.register("Dropout", |s| {
         let (width, dtype) = width_of(s, "Dropout")?;

@@ -2,12 +2,10 @@
 
 use onyx_core::dtype::DType;
 use onyx_core::ep::{EpError, KernelSpec};
-use onyx_core::ops::nn::{BatchNorm, Softmax, SoftmaxKind};
+use onyx_core::ops::nn::{BatchNorm, Softmax};
 use onyx_shaders::Shader;
 
-use super::{
-    Bind, Dispatch, GpuKernel, Grid, Io, Registry, in_dtype, op, row_workgroup, u32_of, unsupported,
-};
+use super::{Bind, Dispatch, GpuKernel, Grid, Io, Registry, row_workgroup, u32_of, unsupported};
 
 /// Rows per softmax workgroup when rows are short: small workgroups suit
 /// software GPUs, and two rows (64 invocations) keep real GPUs occupied.
@@ -29,11 +27,7 @@ impl GpuKernel for SoftmaxKernel {
         // A row gets LANES invocations, and a workgroup WG_ROWS rows.
         let lanes = row_workgroup(len) as usize;
         let wg = (lanes * WG_ROWS).min(256);
-        let code = match self.op.kind {
-            SoftmaxKind::Softmax => 0,
-            SoftmaxKind::LogSoftmax => 1,
-            SoftmaxKind::Hardmax => 2,
-        };
+        let code = self.op.kind.code().code();
         Ok(vec![
             Dispatch::new(
                 Shader::Softmax,
@@ -87,12 +81,12 @@ pub(crate) fn register_all(r: &mut Registry) {
     for name in ["Softmax", "LogSoftmax", "Hardmax"] {
         r.register(name, |s| {
             f32_only(s, 1)?;
-            Ok(Box::new(SoftmaxKernel { op: op::<Softmax>(s)?.clone() }))
+            Ok(Box::new(SoftmaxKernel { op: s.op_as::<Softmax>()?.clone() }))
         });
     }
     r.register("BatchNormalization", |s| {
         f32_only(s, 5)?;
-        let _ = in_dtype(s, 0)?;
-        Ok(Box::new(BatchNormKernel { epsilon: op::<BatchNorm>(s)?.epsilon }))
+        let _ = s.input_dtype(0)?;
+        Ok(Box::new(BatchNormKernel { epsilon: s.op_as::<BatchNorm>()?.epsilon }))
     });
 }

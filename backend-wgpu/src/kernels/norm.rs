@@ -10,7 +10,7 @@ use onyx_shaders::Shader;
 
 use super::elementwise::add_f32;
 use super::nn::f32_only;
-use super::{Bind, Dispatch, GpuKernel, Grid, Io, Registry, op, out_dtype, u32_of, unsupported};
+use super::{Bind, Dispatch, GpuKernel, Grid, Io, Registry, u32_of, unsupported};
 
 /// One normalization dispatch over rows of `len` read from `x` (or, when `x`
 /// is the output itself, in place), with optional statistics outputs.
@@ -150,7 +150,7 @@ impl GpuKernel for SkipNormKernel {
 fn f32_io(s: &KernelSpec<'_>, inputs: usize) -> Result<(), EpError> {
     f32_only(s, inputs)?;
     for o in 1..s.output_dtypes.len() {
-        if let Ok(d) = out_dtype(s, o) {
+        if let Ok(d) = s.output_dtype(o) {
             if d != DType::F32 {
                 return Err(unsupported(&format!("{} output {o}", s.node.op_type), d));
             }
@@ -164,13 +164,13 @@ pub(crate) fn register_all(r: &mut Registry) {
     for name in ["LayerNormalization", "RMSNormalization", "SimplifiedLayerNormalization"] {
         r.register(name, |s| {
             f32_io(s, 3)?;
-            Ok(Box::new(LayerNormKernel { op: op::<LayerNorm>(s)?.clone() }))
+            Ok(Box::new(LayerNormKernel { op: s.op_as::<LayerNorm>()?.clone() }))
         });
     }
     for name in ["SkipLayerNormalization", "SkipSimplifiedLayerNormalization"] {
         r.register_in(MICROSOFT_DOMAIN, name, |s| {
             f32_io(s, 5)?;
-            Ok(Box::new(SkipNormKernel { op: op::<SkipNorm>(s)?.clone() }))
+            Ok(Box::new(SkipNormKernel { op: s.op_as::<SkipNorm>()?.clone() }))
         });
     }
 }

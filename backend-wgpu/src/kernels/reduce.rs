@@ -2,14 +2,13 @@
 
 use onyx_core::dtype::DType;
 use onyx_core::ep::{EpError, KernelSpec};
+use onyx_core::ops::codes::ReduceCode;
 use onyx_core::ops::conv::GlobalPool;
-use onyx_core::ops::reduce::{ArgReduce, Reduce, ReduceKind};
+use onyx_core::ops::reduce::{ArgReduce, Reduce};
 use onyx_core::shape::normalize_axis;
 use onyx_shaders::Shader;
 
-use super::{
-    Bind, Dispatch, GpuKernel, Grid, Io, Registry, in_dtype, op, pad8, strides, u32_of, unsupported,
-};
+use super::{Bind, Dispatch, GpuKernel, Grid, Io, Registry, pad8, strides, u32_of, unsupported};
 
 /// A reduction of `shape` over `axes` (sorted, unique) with shader op `code`.
 fn reduce(
@@ -49,22 +48,6 @@ fn reduce(
     .with("WG", super::row_workgroup(count) as f64))
 }
 
-fn code(kind: ReduceKind) -> u32 {
-    use ReduceKind::*;
-    match kind {
-        Sum => 0,
-        Mean => 1,
-        Max => 2,
-        Min => 3,
-        Prod => 4,
-        L1 => 5,
-        L2 => 6,
-        LogSum => 7,
-        LogSumExp => 8,
-        SumSquare => 9,
-    }
-}
-
 struct ReduceKernel {
     op: Reduce,
 }
@@ -83,9 +66,9 @@ impl GpuKernel for ReduceKernel {
             .map_err(|e| EpError::Kernel(e.to_string()))?;
         if axes.is_empty() && self.op.noop_with_empty_axes {
             // Reducing nothing: Sum over a size-1 axis that does not exist is a copy.
-            return Ok(vec![reduce(&[x.numel(), 1], &[1], 0, false)?]);
+            return Ok(vec![reduce(&[x.numel(), 1], &[1], ReduceCode::Sum.code(), false)?]);
         }
-        Ok(vec![reduce(&x.shape, &axes, code(self.op.kind), false)?])
+        Ok(vec![reduce(&x.shape, &axes, self.op.kind.code().code(), false)?])
     }
 }
 
@@ -98,12 +81,7 @@ impl GpuKernel for ArgKernel {
         let x = io.input(0)?;
         let axis = normalize_axis(self.op.axis, x.shape.len())
             .ok_or_else(|| EpError::Kernel(format!("bad axis {}", self.op.axis)))?;
-        Ok(vec![reduce(
-            &x.shape,
-            &[axis],
-            if self.op.max { 20 } else { 21 },
-            self.op.select_last_index,
-        )?])
+        Ok(vec![reduce(&x.shape, &[axis], self.op.code().code(), self.op.select_last_index)?])
     }
 }
 
@@ -115,12 +93,13 @@ impl GpuKernel for GlobalKernel {
     fn dispatches(&self, io: &Io<'_>) -> Result<Vec<Dispatch>, EpError> {
         let x = io.input(0)?;
         let axes: Vec<usize> = (2..x.shape.len()).collect();
-        Ok(vec![reduce(&x.shape, &axes, if self.max { 2 } else { 1 }, false)?])
+        let code = if self.max { ReduceCode::Max } else { ReduceCode::Mean };
+        Ok(vec![reduce(&x.shape, &axes, code.code(), false)?])
     }
 }
 
 fn f32_only(s: &KernelSpec<'_>) -> Result<(), EpError> {
-    match in_dtype(s, 0)? {
+    match s.input_dtype(0)? {
         DType::F32 => Ok(()),
         d => Err(unsupported(&s.node.op_type, d)),
     }
@@ -142,19 +121,19 @@ pub(crate) fn register_all(r: &mut Registry) {
     ] {
         r.register(name, |s| {
             f32_only(s)?;
-            Ok(Box::new(ReduceKernel { op: op::<Reduce>(s)?.clone() }))
+            Ok(Box::new(ReduceKernel { op: s.op_as::<Reduce>()?.clone() }))
         });
     }
     for name in ["ArgMax", "ArgMin"] {
         r.register(name, |s| {
             f32_only(s)?;
-            Ok(Box::new(ArgKernel { op: op::<ArgReduce>(s)?.clone() }))
+            Ok(Box::new(ArgKernel { op: s.op_as::<ArgReduce>()?.clone() }))
         });
     }
     for name in ["GlobalAveragePool", "GlobalMaxPool"] {
         r.register(name, |s| {
             f32_only(s)?;
-            Ok(Box::new(GlobalKernel { max: op::<GlobalPool>(s)?.max }))
+            Ok(Box::new(GlobalKernel { max: s.op_as::<GlobalPool>()?.max }))
         });
     }
 }

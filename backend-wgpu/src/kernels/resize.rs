@@ -7,7 +7,7 @@ use onyx_core::ops::resize::Resize;
 use onyx_shaders::Shader;
 
 use super::unsupported;
-use super::{Bind, Dispatch, GpuKernel, Grid, Io, Registry, in_dtype, op, pad8, strides, u32_of};
+use super::{Bind, Dispatch, GpuKernel, Grid, Io, Registry, pad8, strides, u32_of};
 
 /// Words of the fixed part of the params, before the tables.
 const HEADER: usize = 35;
@@ -58,11 +58,11 @@ impl GpuKernel for ResizeKernel {
 pub(crate) fn register_all(r: &mut Registry) {
     for name in ["Resize", "Upsample"] {
         r.register(name, |s: &KernelSpec<'_>| {
-            let dtype = in_dtype(s, 0)?;
+            let dtype = s.input_dtype(0)?;
             if dtype != DType::F32 {
                 return Err(unsupported(&s.node.op_type, dtype));
             }
-            Ok(Box::new(ResizeKernel { op: op::<Resize>(s)?.clone() }))
+            Ok(Box::new(ResizeKernel { op: s.op_as::<Resize>()?.clone() }))
         });
     }
 }

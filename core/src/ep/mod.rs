@@ -9,11 +9,13 @@
 
 mod error;
 mod provider;
+mod registry;
 mod table;
 mod types;
 
 pub use error::EpError;
 pub use provider::{ExecutionProvider, KernelSpec, Launch};
+pub use registry::{KernelBuilder, KernelRegistry};
 pub use table::{BufferTable, Resolved};
 pub use types::{
     BoxFuture, CaptureId, DeviceBuffer, DeviceId, DeviceKind, Fusions, KernelId, MaybeSendSync,

@@ -12,6 +12,7 @@ use crate::ops::Op;
 use crate::tensor::Tensor;
 
 /// The tensors of one kernel launch.
+#[derive(Clone, Copy)]
 pub struct Launch<'a> {
     /// Device inputs by slot; `None` for absent optional inputs and for value inputs.
     pub inputs: &'a [Option<TensorArg>],
@@ -218,4 +219,113 @@ pub trait ExecutionProvider: MaybeSendSync {
 
     /// Restarts peak tracking from the bytes in use now.
     fn reset_peak(&self);
+}
+
+impl<'a> Launch<'a> {
+    /// Device input `i`.
+    ///
+    /// # Errors
+    /// [`EpError::Kernel`] when the input is absent.
+    pub fn input(&self, i: usize) -> Result<&'a TensorArg, EpError> {
+        self.inputs
+            .get(i)
+            .and_then(Option::as_ref)
+            .ok_or_else(|| EpError::Kernel(format!("input {i} is required")))
+    }
+
+    /// Device output `o`.
+    ///
+    /// # Errors
+    /// [`EpError::Kernel`] when the output is not requested.
+    pub fn output(&self, o: usize) -> Result<&'a TensorArg, EpError> {
+        self.outputs
+            .get(o)
+            .and_then(Option::as_ref)
+            .ok_or_else(|| EpError::Kernel(format!("output {o} is not requested")))
+    }
+
+    /// Whether device input `i` was given.
+    pub fn has_input(&self, i: usize) -> bool {
+        self.inputs.get(i).is_some_and(Option::is_some)
+    }
+
+    /// Whether output `o` is requested.
+    pub fn has_output(&self, o: usize) -> bool {
+        self.outputs.get(o).is_some_and(Option::is_some)
+    }
+
+    /// Whether value input `i` was given.
+    pub fn has_value(&self, i: usize) -> bool {
+        self.values.get(i).is_some_and(Option::is_some)
+    }
+
+    fn value(&self, i: usize) -> Result<&'a Tensor, EpError> {
+        self.values
+            .get(i)
+            .and_then(Option::as_ref)
+            .ok_or_else(|| EpError::Kernel(format!("value input {i} missing")))
+    }
+
+    /// Value input `i` (a shape argument) as i64s.
+    ///
+    /// # Errors
+    /// [`EpError::Kernel`] when it is absent or not numeric.
+    pub fn ints(&self, i: usize) -> Result<Vec<i64>, EpError> {
+        self.value(i)?.to_i64_vec().map_err(|e| EpError::Kernel(e.to_string()))
+    }
+
+    /// Value input `i` as f64s.
+    ///
+    /// # Errors
+    /// [`EpError::Kernel`] when it is absent or not numeric.
+    pub fn floats(&self, i: usize) -> Result<Vec<f64>, EpError> {
+        self.value(i)?.to_f64_vec().map_err(|e| EpError::Kernel(e.to_string()))
+    }
+
+    /// Whether output 0 shares its buffer with input `i` (in place).
+    pub fn aliased(&self, i: usize) -> bool {
+        match (
+            self.inputs.get(i).and_then(Option::as_ref),
+            self.outputs.first().and_then(Option::as_ref),
+        ) {
+            (Some(a), Some(b)) => a.buffer == b.buffer,
+            _ => false,
+        }
+    }
+}
+
+impl<'a> KernelSpec<'a> {
+    /// The dtype of input `i`.
+    ///
+    /// # Errors
+    /// [`EpError::Unsupported`] when the input is absent.
+    pub fn input_dtype(&self, i: usize) -> Result<DType, EpError> {
+        self.input_dtypes
+            .get(i)
+            .copied()
+            .flatten()
+            .ok_or_else(|| EpError::Unsupported(format!("input {i} has no dtype")))
+    }
+
+    /// The dtype of output `o`.
+    ///
+    /// # Errors
+    /// [`EpError::Unsupported`] when the output is not requested.
+    pub fn output_dtype(&self, o: usize) -> Result<DType, EpError> {
+        self.output_dtypes
+            .get(o)
+            .copied()
+            .flatten()
+            .ok_or_else(|| EpError::Unsupported(format!("output {o} has no dtype")))
+    }
+
+    /// The parsed op as its concrete type.
+    ///
+    /// # Errors
+    /// [`EpError::Unsupported`] when the op is of another type.
+    pub fn op_as<T: Op>(&self) -> Result<&'a T, EpError> {
+        crate::ops::downcast::<T>(self.op).ok_or_else(|| {
+            EpError::Unsupported(format!("unexpected op type for {}", self.node.op_type))
+        })
+    }
 }

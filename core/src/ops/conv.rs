@@ -1,6 +1,7 @@
 //! Convolution and pooling, sharing one window-geometry computation
 //! (strides, dilations, explicit or automatic padding, ceil mode).
 
+use super::defaults;
 use super::{Fact, InferInputs, Op, OpRegistry, check_inputs};
 use crate::dtype::DType;
 use crate::error::OpError;
@@ -291,8 +292,11 @@ impl FusedConv {
             "Relu" => UnaryKind::Relu,
             "Tanh" => UnaryKind::Tanh,
             "Sigmoid" => UnaryKind::Sigmoid,
-            "LeakyRelu" => UnaryKind::LeakyRelu { alpha: p(0, 0.01) },
-            "HardSigmoid" => UnaryKind::HardSigmoid { alpha: p(0, 0.2), beta: p(1, 0.5) },
+            "LeakyRelu" => UnaryKind::LeakyRelu { alpha: p(0, defaults::LEAKY_RELU_ALPHA) },
+            "HardSigmoid" => UnaryKind::HardSigmoid {
+                alpha: p(0, defaults::HARD_SIGMOID_ALPHA),
+                beta: p(1, defaults::HARD_SIGMOID_BETA),
+            },
             "HardSwish" => UnaryKind::HardSwish,
             other => {
                 return Err(OpError::Unsupported(format!("FusedConv activation '{other}'")));

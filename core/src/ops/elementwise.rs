@@ -2,6 +2,7 @@
 //! comparisons with broadcasting, the variadic Max/Min/Sum/Mean, Clip and Where.
 
 pub use super::broadcast::broadcast_fact;
+use super::defaults::*;
 pub use super::kinds::{BinaryKind, UnaryKind, VariadicKind};
 use super::{Fact, InferInputs, Op, OpRegistry, check_inputs};
 use crate::dtype::DType;
@@ -73,18 +74,21 @@ fn unary_kind(node: &Node) -> Result<UnaryKind, OpError> {
             detect_positive: a.flag_or("detect_positive", true)?,
             detect_negative: a.flag_or("detect_negative", true)?,
         },
-        "LeakyRelu" => LeakyRelu { alpha: a.float_or("alpha", 0.01)? },
-        "Elu" => Elu { alpha: a.float_or("alpha", 1.0)? },
+        "LeakyRelu" => LeakyRelu { alpha: a.float_or("alpha", LEAKY_RELU_ALPHA)? },
+        "Elu" => Elu { alpha: a.float_or("alpha", ELU_ALPHA)? },
         "Selu" => Selu {
-            alpha: a.float_or("alpha", 1.673_263_2)?,
-            gamma: a.float_or("gamma", 1.050_701)?,
+            alpha: a.float_or("alpha", SELU_ALPHA)?,
+            gamma: a.float_or("gamma", SELU_GAMMA)?,
         },
         "HardSigmoid" => {
-            HardSigmoid { alpha: a.float_or("alpha", 0.2)?, beta: a.float_or("beta", 0.5)? }
+            let alpha = a.float_or("alpha", HARD_SIGMOID_ALPHA)?;
+            HardSigmoid { alpha, beta: a.float_or("beta", HARD_SIGMOID_BETA)? }
         }
         "HardSwish" => HardSwish,
-        "Celu" => Celu { alpha: a.float_or("alpha", 1.0)? },
-        "ThresholdedRelu" => ThresholdedRelu { alpha: a.float_or("alpha", 1.0)? },
+        "Celu" => Celu { alpha: a.float_or("alpha", CELU_ALPHA)? },
+        "ThresholdedRelu" => {
+            ThresholdedRelu { alpha: a.float_or("alpha", THRESHOLDED_RELU_ALPHA)? }
+        }
         "Mish" => Mish,
         "Gelu" => {
             let approximate = a.string_or("approximate", "none".into())?;
@@ -99,7 +103,10 @@ fn unary_kind(node: &Node) -> Result<UnaryKind, OpError> {
                 }
             }
         }
-        "Shrink" => Shrink { bias: a.float_or("bias", 0.0)?, lambd: a.float_or("lambd", 0.5)? },
+        "Shrink" => Shrink {
+            bias: a.float_or("bias", SHRINK_BIAS)?,
+            lambd: a.float_or("lambd", SHRINK_LAMBD)?,
+        },
         other => return Err(OpError::Invalid(format!("{other} is not a unary op"))),
     })
 }

@@ -1,5 +1,6 @@
 //! Neural-network ops: the softmax family, BatchNormalization and Dropout (inference).
 
+use super::defaults;
 use super::{Fact, InferInputs, Op, OpRegistry, check_inputs};
 use crate::dtype::DType;
 use crate::error::OpError;
@@ -119,7 +120,9 @@ pub fn register_all(r: &mut OpRegistry) {
         {
             return Err(OpError::Unsupported("BatchNormalization in training mode".into()));
         }
-        Ok(Box::new(BatchNorm { epsilon: n.attrs.float_or("epsilon", 1e-5)? }))
+        Ok(Box::new(BatchNorm {
+            epsilon: n.attrs.float_or("epsilon", defaults::BATCH_NORM_EPSILON)?,
+        }))
     });
     r.register("Dropout", |n| {
         check_inputs(n, 1, 3)?;

@@ -3,6 +3,7 @@
 //! onnxruntime's fused `SkipLayerNormalization` and
 //! `SkipSimplifiedLayerNormalization` (`com.microsoft`).
 
+use super::defaults;
 use super::{Fact, InferInputs, Op, OpRegistry, check_inputs};
 use crate::dtype::DType;
 use crate::error::OpError;
@@ -176,7 +177,7 @@ pub fn register_all(r: &mut OpRegistry) {
             check_inputs(n, 2, max_inputs)?;
             Ok(Box::new(LayerNorm {
                 axis: n.attrs.int_or("axis", -1)?,
-                epsilon: n.attrs.float_or("epsilon", 1e-5)?,
+                epsilon: n.attrs.float_or("epsilon", defaults::LAYER_NORM_EPSILON)?,
                 stash_type: stash_type(n)?,
                 rms,
             }))
@@ -189,7 +190,7 @@ pub fn register_all(r: &mut OpRegistry) {
             check_inputs(n, 3, max_inputs)?;
             Ok(Box::new(SkipNorm {
                 simplified,
-                epsilon: n.attrs.float_or("epsilon", 1e-12)?,
+                epsilon: n.attrs.float_or("epsilon", defaults::SKIP_LAYER_NORM_EPSILON)?,
                 stats: [DType::F32; 2],
             }))
         });

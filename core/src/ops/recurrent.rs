@@ -2,6 +2,7 @@
 //! layout, activation list, clip, peephole and sequence-length option; and
 //! onnxruntime's `DynamicQuantizeLSTM` (an LSTM with 8-bit weights).
 
+use super::defaults;
 use super::{Fact, InferInputs, Op, OpRegistry, check_inputs};
 use crate::dtype::DType;
 use crate::error::OpError;
@@ -122,11 +123,16 @@ impl Activation {
             "tanh" => Activation::Tanh,
             "sigmoid" => Activation::Sigmoid,
             "affine" => Activation::Affine(a(1.0), betas.next().map_or(0.0, f64::from)),
-            "leakyrelu" => Activation::LeakyRelu(a(0.01)),
-            "thresholdedrelu" => Activation::ThresholdedRelu(a(1.0)),
+            "leakyrelu" => Activation::LeakyRelu(a(f64::from(defaults::LEAKY_RELU_ALPHA))),
+            "thresholdedrelu" => {
+                Activation::ThresholdedRelu(a(f64::from(defaults::THRESHOLDED_RELU_ALPHA)))
+            }
             "scaledtanh" => Activation::ScaledTanh(a(1.0), betas.next().map_or(1.0, f64::from)),
-            "hardsigmoid" => Activation::HardSigmoid(a(0.2), betas.next().map_or(0.5, f64::from)),
-            "elu" => Activation::Elu(a(1.0)),
+            "hardsigmoid" => Activation::HardSigmoid(
+                a(f64::from(defaults::HARD_SIGMOID_ALPHA)),
+                betas.next().map_or(f64::from(defaults::HARD_SIGMOID_BETA), f64::from),
+            ),
+            "elu" => Activation::Elu(a(f64::from(defaults::ELU_ALPHA))),
             "softsign" => Activation::Softsign,
             "softplus" => Activation::Softplus,
             _ => {

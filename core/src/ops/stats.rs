@@ -3,6 +3,7 @@
 //! LRN, and the losses NegativeLogLikelihoodLoss and SoftmaxCrossEntropyLoss.
 
 use super::axes::axis_of;
+use super::defaults;
 use super::{Fact, InferInputs, Op, OpRegistry, check_inputs};
 use crate::dtype::DType;
 use crate::error::OpError;
@@ -226,7 +227,7 @@ pub fn register_all(r: &mut OpRegistry) {
     });
     r.register("InstanceNormalization", |n| {
         check_inputs(n, 3, 3)?;
-        let epsilon = n.attrs.float_or("epsilon", 1e-5)?;
+        let epsilon = n.attrs.float_or("epsilon", defaults::BATCH_NORM_EPSILON)?;
         Ok(Box::new(GroupNorm { groups: None, epsilon, per_group_params: false }))
     });
     r.register("GroupNormalization", |n| {
@@ -237,7 +238,7 @@ pub fn register_all(r: &mut OpRegistry) {
         })?;
         Ok(Box::new(GroupNorm {
             groups: Some(groups),
-            epsilon: n.attrs.float_or("epsilon", 1e-5)?,
+            epsilon: n.attrs.float_or("epsilon", defaults::BATCH_NORM_EPSILON)?,
             per_group_params: n.opset < 21,
         }))
     });

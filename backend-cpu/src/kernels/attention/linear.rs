@@ -9,7 +9,7 @@ use crate::par::Loop;
 
 use super::super::dispatch::{AsF64, floats};
 use super::super::nn::is_float;
-use super::super::{CpuKernel, KernelIo, KernelRegistry, in_dtype, op, unsupported_dtype};
+use super::super::{CpuKernel, KernelIo, KernelRegistry, unsupported_dtype};
 use super::{kernel_err, store};
 
 /// Input `i` as f32.
@@ -150,11 +150,11 @@ impl CpuKernel for LinearKernel {
 }
 
 fn build(s: &KernelSpec<'_>) -> Result<Box<dyn CpuKernel>, EpError> {
-    let dtype = in_dtype(s, 0)?;
+    let dtype = s.input_dtype(0)?;
     if !is_float(dtype) {
         return Err(unsupported_dtype("LinearAttention", dtype));
     }
-    Ok(Box::new(LinearKernel { op: op::<LinearAttention>(s)?.clone() }))
+    Ok(Box::new(LinearKernel { op: s.op_as::<LinearAttention>()?.clone() }))
 }
 
 /// Registers `LinearAttention`.

@@ -10,7 +10,7 @@ use crate::par::Loop;
 
 use super::super::dispatch::{AsF64, floats};
 use super::super::nn::{is_float, output_from_input};
-use super::super::{CpuKernel, KernelIo, KernelRegistry, in_dtype, op, unsupported_dtype};
+use super::super::{CpuKernel, KernelIo, KernelRegistry, unsupported_dtype};
 use super::{Round, kernel_err};
 
 /// How a `RotaryEmbedding` input is laid out: `[batch, heads, seq, size]` (4-D)
@@ -189,7 +189,7 @@ impl CpuKernel for SwishKernel {
 }
 
 fn float_input(s: &KernelSpec<'_>) -> Result<DType, EpError> {
-    let dtype = in_dtype(s, 0)?;
+    let dtype = s.input_dtype(0)?;
     if is_float(dtype) { Ok(dtype) } else { Err(unsupported_dtype(&s.node.op_type, dtype)) }
 }
 
@@ -197,12 +197,12 @@ fn float_input(s: &KernelSpec<'_>) -> Result<DType, EpError> {
 pub(super) fn register_all(r: &mut KernelRegistry) {
     r.register("RotaryEmbedding", |s| {
         let dtype = float_input(s)?;
-        Ok(Box::new(RopeKernel { op: op::<RotaryEmbedding>(s)?.clone(), dtype }))
+        Ok(Box::new(RopeKernel { op: s.op_as::<RotaryEmbedding>()?.clone(), dtype }))
     });
     for name in ["Swish", "SwiGLU"] {
         r.register(name, |s| {
             let dtype = float_input(s)?;
-            Ok(Box::new(SwishKernel { op: op::<Swish>(s)?.clone(), dtype }))
+            Ok(Box::new(SwishKernel { op: s.op_as::<Swish>()?.clone(), dtype }))
         });
     }
 }

@@ -11,7 +11,7 @@ use crate::par::Loop;
 
 use super::super::dispatch::{AsF64, floats};
 use super::super::nn::output_from_input;
-use super::super::{CpuKernel, KernelIo, KernelRegistry, in_dtype, op, unsupported_dtype};
+use super::super::{CpuKernel, KernelIo, KernelRegistry, unsupported_dtype};
 use super::{kernel_err, load_opt};
 
 /// `√(2/π)`.
@@ -69,11 +69,11 @@ impl CpuKernel for ActivationKernel {
 }
 
 fn build(s: &KernelSpec<'_>) -> Result<Box<dyn CpuKernel>, EpError> {
-    let dtype = in_dtype(s, 0)?;
+    let dtype = s.input_dtype(0)?;
     if !matches!(dtype, DType::F32 | DType::F16 | DType::BF16) {
         return Err(unsupported_dtype(&s.node.op_type, dtype));
     }
-    Ok(Box::new(ActivationKernel { activation: op::<BiasActivation>(s)?.activation, dtype }))
+    Ok(Box::new(ActivationKernel { activation: s.op_as::<BiasActivation>()?.activation, dtype }))
 }
 
 /// Registers Gelu, FastGelu, BiasGelu, QuickGelu and BiasAdd.

@@ -10,7 +10,7 @@ use onyx_core::graph::MICROSOFT_DOMAIN;
 use onyx_core::ops::microsoft::attention::{ContribAttention, KvLayout, MultiHeadAttention};
 
 use super::super::attention::{Round, store};
-use super::super::{CpuKernel, KernelIo, KernelRegistry, in_dtype, op, unsupported_dtype};
+use super::super::{CpuKernel, KernelIo, KernelRegistry, unsupported_dtype};
 use super::engine::{AttnBias, Heads, attend, mask_table, scale_of, split_heads, with_past};
 use super::{kernel_err, load_f32, load_opt, product};
 
@@ -203,7 +203,7 @@ impl CpuKernel for MhaKernel {
 }
 
 fn float_dtype(s: &KernelSpec<'_>) -> Result<DType, EpError> {
-    let dtype = in_dtype(s, 0)?;
+    let dtype = s.input_dtype(0)?;
     if matches!(dtype, DType::F32 | DType::F16 | DType::BF16) {
         Ok(dtype)
     } else {
@@ -215,11 +215,11 @@ fn float_dtype(s: &KernelSpec<'_>) -> Result<DType, EpError> {
 pub(super) fn register_all(r: &mut KernelRegistry) {
     r.register_in(MICROSOFT_DOMAIN, "Attention", |s| {
         let round = Round::of(float_dtype(s)?);
-        Ok(Box::new(AttentionKernel { op: op::<ContribAttention>(s)?.clone(), round }))
+        Ok(Box::new(AttentionKernel { op: s.op_as::<ContribAttention>()?.clone(), round }))
     });
     r.register_in(MICROSOFT_DOMAIN, "MultiHeadAttention", |s| {
         let round = Round::of(float_dtype(s)?);
-        Ok(Box::new(MhaKernel { op: op::<MultiHeadAttention>(s)?.clone(), round }))
+        Ok(Box::new(MhaKernel { op: s.op_as::<MultiHeadAttention>()?.clone(), round }))
     });
 }
 

@@ -9,7 +9,7 @@ use onyx_core::ops::microsoft::quant::GatherBlockQuantized;
 use onyx_core::tensor::unpack_int;
 
 use super::super::attention::store;
-use super::super::{CpuKernel, KernelIo, KernelRegistry, in_dtype, op, unsupported_dtype};
+use super::super::{CpuKernel, KernelIo, KernelRegistry, unsupported_dtype};
 use super::{kernel_err, load_f32};
 
 /// Reads quantized values: int4/uint4 tensors (packed over the whole tensor),
@@ -122,11 +122,11 @@ impl CpuKernel for GbqKernel {
 }
 
 fn build(s: &KernelSpec<'_>) -> Result<Box<dyn CpuKernel>, EpError> {
-    let dtype = in_dtype(s, 0)?;
+    let dtype = s.input_dtype(0)?;
     if !matches!(dtype, DType::I4 | DType::U4 | DType::U8) {
         return Err(unsupported_dtype("GatherBlockQuantized", dtype));
     }
-    Ok(Box::new(GbqKernel { op: op::<GatherBlockQuantized>(s)?.clone() }))
+    Ok(Box::new(GbqKernel { op: s.op_as::<GatherBlockQuantized>()?.clone() }))
 }
 
 /// Registers `GatherBlockQuantized` in `com.microsoft`.

@@ -13,7 +13,7 @@ use rayon::prelude::*;
 use crate::par::Loop;
 
 use super::super::attention::{Round, store};
-use super::super::{CpuKernel, KernelIo, KernelRegistry, in_dtype, op, unsupported_dtype};
+use super::super::{CpuKernel, KernelIo, KernelRegistry, unsupported_dtype};
 use super::engine::softmax;
 use super::rotary::rotate;
 use super::{kernel_err, load_f32, load_opt, product};
@@ -215,12 +215,12 @@ impl CpuKernel for GqaKernel {
 /// Registers `GroupQueryAttention` in `com.microsoft`.
 pub(super) fn register_all(r: &mut KernelRegistry) {
     r.register_in(MICROSOFT_DOMAIN, "GroupQueryAttention", |s: &KernelSpec<'_>| {
-        let dtype = in_dtype(s, 0)?;
+        let dtype = s.input_dtype(0)?;
         if !matches!(dtype, DType::F32 | DType::F16 | DType::BF16) {
             return Err(unsupported_dtype("GroupQueryAttention", dtype));
         }
         Ok(Box::new(GqaKernel {
-            op: op::<GroupQueryAttention>(s)?.clone(),
+            op: s.op_as::<GroupQueryAttention>()?.clone(),
             round: Round::of(dtype),
         }))
     });

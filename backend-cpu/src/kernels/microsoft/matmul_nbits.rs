@@ -11,7 +11,7 @@ use onyx_core::ops::microsoft::quant::MatMulNBits;
 use onyx_core::tensor::Tensor;
 
 use super::super::attention::store;
-use super::super::{CpuKernel, KernelIo, KernelRegistry, in_dtype, op, unsupported_dtype};
+use super::super::{CpuKernel, KernelIo, KernelRegistry, unsupported_dtype};
 use super::{kernel_err, load_f32, load_opt, product};
 
 /// Zero points: packed `bits`-bit integers along the blocks of each row, or floats.
@@ -158,11 +158,11 @@ impl CpuKernel for NBitsKernel {
 }
 
 fn build(s: &KernelSpec<'_>) -> Result<Box<dyn CpuKernel>, EpError> {
-    let dtype = in_dtype(s, 0)?;
+    let dtype = s.input_dtype(0)?;
     if !matches!(dtype, DType::F32 | DType::F16 | DType::BF16) {
         return Err(unsupported_dtype("MatMulNBits", dtype));
     }
-    let op = op::<MatMulNBits>(s)?.clone();
+    let op = s.op_as::<MatMulNBits>()?.clone();
     let value = |i: usize| s.input_values.get(i).and_then(Option::as_ref);
     let given = |i: usize| s.input_dtypes.get(i).is_some_and(Option::is_some);
     let constant = (1..5).all(|i| !given(i) || value(i).is_some());

@@ -12,7 +12,7 @@ use super::super::attention::store;
 use std::borrow::Cow;
 
 use super::super::recurrent::{Layer, run_layer, sequence_lens};
-use super::super::{CpuKernel, KernelIo, KernelRegistry, op};
+use super::super::{CpuKernel, KernelIo, KernelRegistry};
 use super::{kernel_err, load_f32, load_opt};
 
 /// Quantized `[dirs, rows, cols]` (cols = 4·hidden output channels) with
@@ -107,7 +107,7 @@ impl CpuKernel for QuantizedLstmKernel {
 }
 
 fn build(s: &KernelSpec<'_>) -> Result<Box<dyn CpuKernel>, EpError> {
-    Ok(Box::new(QuantizedLstmKernel { op: op::<DynamicQuantizeLstm>(s)?.clone() }))
+    Ok(Box::new(QuantizedLstmKernel { op: s.op_as::<DynamicQuantizeLstm>()?.clone() }))
 }
 
 /// Registers `DynamicQuantizeLSTM` in `com.microsoft`.

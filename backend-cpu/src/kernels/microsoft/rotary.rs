@@ -10,7 +10,7 @@ use crate::par::Loop;
 
 use super::super::dispatch::{AsF64, floats};
 use super::super::nn::{is_float, output_from_input};
-use super::super::{CpuKernel, KernelIo, KernelRegistry, in_dtype, op, unsupported_dtype};
+use super::super::{CpuKernel, KernelIo, KernelRegistry, unsupported_dtype};
 use super::{kernel_err, load_f32};
 
 /// Rotates the leading `2 · cos.len()` features of one head vector by the
@@ -107,11 +107,11 @@ impl CpuKernel for RopeKernel {
 /// Registers `com.microsoft` `RotaryEmbedding`.
 pub(super) fn register_all(r: &mut KernelRegistry) {
     r.register_in(MICROSOFT_DOMAIN, "RotaryEmbedding", |s: &KernelSpec<'_>| {
-        let dtype = in_dtype(s, 0)?;
+        let dtype = s.input_dtype(0)?;
         if !is_float(dtype) {
             return Err(unsupported_dtype("RotaryEmbedding", dtype));
         }
-        Ok(Box::new(RopeKernel { op: op::<ContribRotary>(s)?.clone(), dtype }))
+        Ok(Box::new(RopeKernel { op: s.op_as::<ContribRotary>()?.clone(), dtype }))
     });
 }
 

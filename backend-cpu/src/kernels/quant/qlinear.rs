@@ -20,9 +20,7 @@ use super::round_to;
 use crate::kernels::cast::read;
 use crate::kernels::conv::unravel;
 use crate::kernels::matmul::{Mat, gemm_into};
-use crate::kernels::{
-    CpuKernel, KernelIo, KernelRegistry, in_dtype, op, out_dtype, unsupported_dtype,
-};
+use crate::kernels::{CpuKernel, KernelIo, KernelRegistry, unsupported_dtype};
 
 /// Row-major strides of `dims`.
 fn strides(dims: &[usize]) -> Vec<usize> {
@@ -237,15 +235,15 @@ fn int8(d: DType) -> bool {
 }
 
 fn build_matmul(spec: &KernelSpec<'_>) -> Result<Box<dyn CpuKernel>, EpError> {
-    let m = op::<IntegerMatMul>(spec)?.clone();
+    let m = spec.op_as::<IntegerMatMul>()?.clone();
     let (ia, ib) = m.operands();
     for i in [ia, ib] {
-        let d = in_dtype(spec, i)?;
+        let d = spec.input_dtype(i)?;
         if !int8(d) {
             return Err(unsupported_dtype(&spec.node.op_type, d));
         }
     }
-    let out = out_dtype(spec, 0)?;
+    let out = spec.output_dtype(0)?;
     if m.requantize && !int8(out) {
         return Err(unsupported_dtype(&spec.node.op_type, out));
     }
@@ -392,15 +390,15 @@ impl CpuKernel for ConvKernel {
 }
 
 fn build_conv(spec: &KernelSpec<'_>) -> Result<Box<dyn CpuKernel>, EpError> {
-    let c = op::<IntegerConv>(spec)?.clone();
+    let c = spec.op_as::<IntegerConv>()?.clone();
     let (ix, iw) = c.operands();
     for i in [ix, iw] {
-        let d = in_dtype(spec, i)?;
+        let d = spec.input_dtype(i)?;
         if !int8(d) {
             return Err(unsupported_dtype(&spec.node.op_type, d));
         }
     }
-    let out = out_dtype(spec, 0)?;
+    let out = spec.output_dtype(0)?;
     if c.requantize && !int8(out) {
         return Err(unsupported_dtype(&spec.node.op_type, out));
     }

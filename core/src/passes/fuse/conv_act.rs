@@ -10,6 +10,7 @@ use super::chain::Links;
 use super::rewrite::Rewrite;
 use crate::dtype::DType;
 use crate::graph::{Attribute, DEFAULT_DOMAIN, Graph, MICROSOFT_DOMAIN, Node};
+use crate::ops::defaults;
 
 /// The `activation` name and `activation_params` of a fusable activation node.
 fn activation(n: &Node) -> Option<(&'static str, Vec<f32>)> {
@@ -19,9 +20,10 @@ fn activation(n: &Node) -> Option<(&'static str, Vec<f32>)> {
         "Tanh" => ("Tanh", vec![]),
         "Sigmoid" => ("Sigmoid", vec![]),
         "HardSwish" => ("HardSwish", vec![]),
-        "LeakyRelu" => ("LeakyRelu", vec![a.float_or("alpha", 0.01).ok()?]),
+        "LeakyRelu" => ("LeakyRelu", vec![a.float_or("alpha", defaults::LEAKY_RELU_ALPHA).ok()?]),
         "HardSigmoid" => {
-            ("HardSigmoid", vec![a.float_or("alpha", 0.2).ok()?, a.float_or("beta", 0.5).ok()?])
+            let alpha = a.float_or("alpha", defaults::HARD_SIGMOID_ALPHA).ok()?;
+            ("HardSigmoid", vec![alpha, a.float_or("beta", defaults::HARD_SIGMOID_BETA).ok()?])
         }
         _ => return None,
     })

@@ -15,6 +15,7 @@ use super::chain::Links;
 use super::rewrite::Rewrite;
 use crate::dtype::DType;
 use crate::graph::{DEFAULT_DOMAIN, Graph, Node};
+use crate::ops::defaults;
 use crate::tensor::Tensor;
 
 /// The graph with every foldable Conv → BatchNormalization pair folded, or `None`.
@@ -79,7 +80,7 @@ fn folded(l: &Links<'_>, bn: &Node) -> Option<(usize, Tensor, Tensor)> {
         }
         None => vec![0.0; m],
     };
-    let eps = f64::from(bn.attrs.float_or("epsilon", 1e-5).ok()?);
+    let eps = f64::from(bn.attrs.float_or("epsilon", defaults::BATCH_NORM_EPSILON).ok()?);
     let s: Vec<f64> = (0..m).map(|k| scale[k] / (var[k] + eps).sqrt()).collect();
     let per = w.numel() / m.max(1);
     let mut wv = w.to_f64_vec().ok()?;

@@ -15,6 +15,7 @@
 use super::chain::Links;
 use super::rewrite::Rewrite;
 use crate::graph::{Attribute, Attributes, Graph, MICROSOFT_DOMAIN, Node, ValueId};
+use crate::ops::defaults;
 
 /// `MatMul(…) + bias` written to `u`: the Add node, the MatMul's output and the bias.
 fn biased(l: &Links<'_>, u: ValueId, hidden: usize) -> Option<(usize, ValueId, ValueId)> {
@@ -61,7 +62,7 @@ pub(super) fn fuse(graph: &Graph) -> Rewrite {
             if l.vector(bias)?.dtype() != gamma.dtype() {
                 return None;
             }
-            let eps = ln.attrs.float_or("epsilon", 1e-5).ok()?;
+            let eps = ln.attrs.float_or("epsilon", defaults::LAYER_NORM_EPSILON).ok()?;
             Some(([add, sum, i], h, residual, bias, beta, eps))
         })();
         let Some((chain, h, residual, bias, beta, eps)) = found else { continue };

@@ -77,21 +77,19 @@ impl State {
 
     /// Ends the recording in progress: the entries of `outputs` and of every
     /// other buffer allocated while recording are forgotten without freeing
-    /// (the memory is the graph's). Returns the recording and the outputs'
-    /// addresses and sizes, for those allocated while recording.
-    fn finish_capture(&mut self, outputs: &[DeviceBuffer]) -> (Capture, Vec<(u64, u64)>) {
+    /// (the memory is the graph's). Returns the recording, the outputs'
+    /// addresses and sizes (for those allocated while recording), and how
+    /// many other buffers allocated while recording were still held: a run
+    /// that frees at last use leaves none.
+    fn finish_capture(&mut self, outputs: &[DeviceBuffer]) -> (Capture, Vec<(u64, u64)>, usize) {
         let capture = self.capture.take().unwrap_or_default();
         let kept = outputs
             .iter()
             .filter(|b| capture.allocated.contains(&b.id))
             .filter_map(|b| self.forget(b.id))
             .collect();
-        for id in &capture.allocated {
-            if self.forget(*id).is_some() {
-                log::warn!("a buffer allocated while recording was neither freed nor an output");
-            }
-        }
-        (capture, kept)
+        let left = capture.allocated.iter().filter(|id| self.forget(**id).is_some()).count();
+        (capture, kept, left)
     }
 
     /// Adds a table entry owning `ptr` (freed stream-ordered when the entry goes).
@@ -203,7 +201,7 @@ impl CudaProvider {
     /// # Errors
     /// A driver error.
     pub fn trim(&self) -> Result<(), EpError> {
-        self.gate.pass();
+        let _pass = self.gate.pass();
         self.gpu.stream.synchronize().map_err(device_err("synchronizing"))?;
         // SAFETY: the pool is live; trimming only releases unused memory.
         unsafe { drv::mem_pool::trim_to(self.gpu.pool.0, 0) }
@@ -216,7 +214,7 @@ impl CudaProvider {
     /// # Errors
     /// A driver error.
     pub fn driver_memory(&self) -> Result<DriverMemory, EpError> {
-        self.gate.pass();
+        let _pass = self.gate.pass();
         self.gpu.stream.synchronize().map_err(device_err("synchronizing"))?;
         let (free, total) = self.gpu.ctx.mem_get_info().map_err(device_err("cuMemGetInfo"))?;
         let p = &self.gpu.pool;
@@ -240,7 +238,7 @@ impl CudaProvider {
     /// # Errors
     /// A driver error.
     pub fn reset_driver_peaks(&self) -> Result<(), EpError> {
-        self.gate.pass();
+        let _pass = self.gate.pass();
         self.gpu.stream.synchronize().map_err(device_err("synchronizing"))?;
         self.gpu.pool.set(CUmemPool_attribute::CU_MEMPOOL_ATTR_USED_MEM_HIGH, 0)?;
         self.gpu.pool.set(CUmemPool_attribute::CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, 0)?;
@@ -315,7 +313,7 @@ impl ExecutionProvider for CudaProvider {
 
     fn allocate(&self, size: u64, align: u32) -> Result<DeviceBuffer, EpError> {
         let _ = align; // pool allocations are aligned to at least 256 bytes.
-        self.gate.pass();
+        let _pass = self.gate.pass();
         let bytes = padded(size);
         self.gpu.ctx.bind_to_thread().map_err(device_err("binding the CUDA context"))?;
         let mut ptr: drv_sys::CUdeviceptr = 0;
@@ -346,7 +344,7 @@ impl ExecutionProvider for CudaProvider {
     }
 
     fn deallocate(&self, buffer: DeviceBuffer) -> Result<(), EpError> {
-        self.gate.pass();
+        let _pass = self.gate.pass();
         let entry = {
             let mut st = self.state();
             Self::entry(&st, &buffer, self.device())?;
@@ -362,7 +360,7 @@ impl ExecutionProvider for CudaProvider {
     }
 
     fn upload(&self, buffer: DeviceBuffer, data: &[u8]) -> Result<(), EpError> {
-        self.gate.pass();
+        let _pass = self.gate.pass();
         let ptr = {
             let st = self.state();
             let e = Self::entry(&st, &buffer, self.device())?;
@@ -405,7 +403,7 @@ impl ExecutionProvider for CudaProvider {
         len: usize,
     ) -> BoxFuture<'_, Result<Vec<u8>, EpError>> {
         let r = (|| {
-            self.gate.pass();
+            let _pass = self.gate.pass();
             if self.gate.mine() {
                 return Err(EpError::Unsupported("reading back while recording a run".into()));
             }
@@ -444,7 +442,7 @@ impl ExecutionProvider for CudaProvider {
     }
 
     fn copy(&self, src: DeviceBuffer, dst: DeviceBuffer, len: u64) -> Result<(), EpError> {
-        self.gate.pass();
+        let _pass = self.gate.pass();
         let (s, d) = {
             let st = self.state();
             let me = self.device();
@@ -493,7 +491,7 @@ impl ExecutionProvider for CudaProvider {
     }
 
     fn launch(&self, kernel: KernelId, args: &Launch<'_>) -> Result<(), EpError> {
-        self.gate.pass();
+        let _pass = self.gate.pass();
         let kernels = self.kernels.read().unwrap_or_else(|p| p.into_inner());
         let k = kernels.get(kernel.0 as usize).ok_or(EpError::UnknownKernel(kernel))?;
         let in_ptrs = self.addresses(args.inputs)?;
@@ -509,7 +507,7 @@ impl ExecutionProvider for CudaProvider {
     }
 
     fn synchronize(&self) -> BoxFuture<'_, Result<(), EpError>> {
-        self.gate.pass();
+        let _pass = self.gate.pass();
         let r = if self.gate.mine() {
             Err(EpError::Unsupported("synchronizing while recording a run".into()))
         } else {
@@ -561,8 +559,20 @@ impl ExecutionProvider for CudaProvider {
         }
         let graph = self.gpu.stream.end_capture(drv_sys::CUgraphInstantiate_flags(0));
         let mut st = self.state();
-        let (capture, kept) = st.finish_capture(outputs);
+        let (capture, kept, left) = st.finish_capture(outputs);
+        if left > 0 {
+            // A bug in the run, not in the model: say so where logs are read.
+            log::warn!(
+                "{left} buffers allocated while recording were neither freed nor outputs; \
+                 the run is not recorded"
+            );
+            st.stats.recording_leaks += 1;
+        }
         let result = match graph {
+            Ok(Some(_)) if left > 0 => Err(EpError::Device(format!(
+                "{left} buffers allocated while recording were neither freed nor outputs of the run; \
+                 the recording is dropped"
+            ))),
             Ok(Some(graph)) if kept.len() == outputs.len() => {
                 let id = st.next_capture;
                 st.next_capture += 1;
@@ -603,13 +613,15 @@ impl ExecutionProvider for CudaProvider {
                 let _ = unsafe { drv::graph::destroy(graph) };
             }
         }
+        // What the abandoned run still held (its outputs, or all of an
+        // interrupted run) goes with the graph.
         let _ = self.state().finish_capture(&[]);
         let _ = self.gpu.ctx.check_err();
         self.gate.open();
     }
 
     fn replay(&self, capture: CaptureId) -> Result<Vec<DeviceBuffer>, EpError> {
-        self.gate.pass();
+        let _pass = self.gate.pass();
         self.gpu.ctx.bind_to_thread().map_err(device_err("binding the CUDA context"))?;
         let mut st = self.state();
         let st = &mut *st;
@@ -639,7 +651,7 @@ impl ExecutionProvider for CudaProvider {
     }
 
     fn free_capture(&self, capture: CaptureId) -> Result<(), EpError> {
-        self.gate.pass();
+        let _pass = self.gate.pass();
         let rec = self
             .state()
             .recorded

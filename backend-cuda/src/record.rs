@@ -11,8 +11,7 @@
 //! they must be freed before the graph may run again.
 
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Condvar, Mutex};
+use std::sync::{Condvar, Mutex, MutexGuard};
 use std::thread::ThreadId;
 
 use cudarc::driver::{CudaGraph, result as drv, sys as drv_sys};
@@ -20,62 +19,112 @@ use onyx_core::ep::EpError;
 
 use crate::gpu::device_err;
 
-/// Lets only the recording thread reach the stream while a recording is on.
+/// Keeps other threads' work off the stream while one thread records.
+///
+/// Every provider call that queues work on the stream (or reads its state)
+/// holds a [`Pass`] from start to end. [`Gate::close`] makes a thread the
+/// recording one only once no other thread holds a pass, and no thread gets
+/// a new pass until [`Gate::open`], so no call of another thread can be half
+/// done on the stream while it is in stream capture (where its allocations,
+/// frees and launches would land in the recording). The recording thread's
+/// own calls pass freely. A thread waiting to record keeps new passes from
+/// starting, so eight busy threads cannot starve it; a thread that already
+/// holds a pass gets another without waiting, so nothing deadlocks on itself.
 #[derive(Default)]
 pub(crate) struct Gate {
-    on: AtomicBool,
-    owner: Mutex<Option<ThreadId>>,
+    state: Mutex<Turns>,
     turn: Condvar,
 }
 
+#[derive(Default)]
+struct Turns {
+    /// The thread recording now.
+    recorder: Option<ThreadId>,
+    /// Threads inside a provider call, once per pass they hold.
+    inside: Vec<ThreadId>,
+    /// Threads waiting in [`Gate::close`].
+    waiting: usize,
+}
+
+/// A provider call in progress on a thread other than the recording one.
+pub(crate) struct Pass<'g>(Option<&'g Gate>);
+
+impl Drop for Pass<'_> {
+    fn drop(&mut self) {
+        let Some(gate) = self.0 else { return };
+        let me = std::thread::current().id();
+        let mut t = gate.turns();
+        if let Some(i) = t.inside.iter().position(|&id| id == me) {
+            t.inside.swap_remove(i);
+        }
+        if t.inside.is_empty() {
+            gate.turn.notify_all();
+        }
+    }
+}
+
 impl Gate {
-    fn owner(&self) -> std::sync::MutexGuard<'_, Option<ThreadId>> {
-        self.owner.lock().unwrap_or_else(|p| p.into_inner())
+    fn turns(&self) -> MutexGuard<'_, Turns> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Returns at once unless another thread is recording; then waits for it to finish.
-    pub fn pass(&self) {
-        if !self.on.load(Ordering::Acquire) {
-            return;
-        }
+    fn wait<'a>(&self, t: MutexGuard<'a, Turns>) -> MutexGuard<'a, Turns> {
+        self.turn.wait(t).unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Enters a provider call: at once on the recording thread, otherwise
+    /// once no thread records or waits to. Hold the pass until the call's
+    /// work is queued.
+    pub fn pass(&self) -> Pass<'_> {
         let me = std::thread::current().id();
-        let mut owner = self.owner();
-        while owner.is_some_and(|t| t != me) {
-            owner = self.turn.wait(owner).unwrap_or_else(|p| p.into_inner());
+        let mut t = self.turns();
+        if t.recorder == Some(me) {
+            return Pass(None);
         }
+        if !t.inside.contains(&me) {
+            while t.recorder.is_some() || t.waiting > 0 {
+                t = self.wait(t);
+            }
+        }
+        t.inside.push(me);
+        Pass(Some(self))
     }
 
     /// Whether this thread is recording.
     pub fn mine(&self) -> bool {
-        self.on.load(Ordering::Acquire) && *self.owner() == Some(std::thread::current().id())
+        self.turns().recorder == Some(std::thread::current().id())
     }
 
-    /// Makes this thread the recording one, waiting for any other recording to end.
+    /// Makes this thread the recording one, once no other thread records or
+    /// is inside a provider call.
     ///
     /// # Errors
-    /// [`EpError::Unsupported`] when this thread is already recording.
+    /// [`EpError::Unsupported`] when this thread is already recording, or is
+    /// inside a provider call (it would wait for itself).
     pub fn close(&self) -> Result<(), EpError> {
         let me = std::thread::current().id();
-        let mut owner = self.owner();
-        loop {
-            match *owner {
-                None => break,
-                Some(t) if t == me => {
-                    return Err(EpError::Unsupported("already recording on this thread".into()));
-                }
-                Some(_) => owner = self.turn.wait(owner).unwrap_or_else(|p| p.into_inner()),
-            }
+        let mut t = self.turns();
+        if t.recorder == Some(me) {
+            return Err(EpError::Unsupported("already recording on this thread".into()));
         }
-        *owner = Some(me);
-        self.on.store(true, Ordering::Release);
+        if t.inside.contains(&me) {
+            return Err(EpError::Unsupported("recording from inside a provider call".into()));
+        }
+        t.waiting += 1;
+        while t.recorder.is_some() || !t.inside.is_empty() {
+            t = self.wait(t);
+        }
+        t.waiting -= 1;
+        t.recorder = Some(me);
         Ok(())
     }
 
     /// Ends this thread's recording and wakes the threads waiting for it.
     pub fn open(&self) {
-        let mut owner = self.owner();
-        *owner = None;
-        self.on.store(false, Ordering::Release);
+        let mut t = self.turns();
+        if t.recorder == Some(std::thread::current().id()) {
+            t.recorder = None;
+        }
         self.turn.notify_all();
     }
 }

@@ -253,11 +253,15 @@ impl Tensor {
 }
 
 /// Tensors are equal when dtype, shape and contents are (bitwise for numbers).
+/// Packed 2-, 4- and 6-bit tensors compare element by element: the unused
+/// bits of their last byte are not part of the value.
 impl PartialEq for Tensor {
     fn eq(&self, other: &Self) -> bool {
         self.dtype() == other.dtype()
             && self.shape() == other.shape()
             && match (self.bytes(), other.bytes()) {
+                (Ok(a), Ok(b)) if (1..8).contains(&self.dtype().bits()) => (0..self.numel())
+                    .all(|i| packed_bits(a, self.dtype(), i) == packed_bits(b, other.dtype(), i)),
                 (Ok(a), Ok(b)) => a == b,
                 _ => self.strings().ok() == other.strings().ok(),
             }
@@ -344,6 +348,13 @@ mod tests {
     fn wrong_byte_length_is_rejected() {
         let err = Tensor::from_bytes(DType::F32, vec![3], Bytes::from(vec![0u8; 8])).unwrap_err();
         assert!(err.to_string().contains("needs 12 bytes"), "{err}");
+    }
+
+    #[test]
+    fn packed_tensors_are_equal_whatever_their_unused_bits_hold() {
+        let t = |b: u8| Tensor::from_bytes(DType::I4, vec![3], Bytes::from(vec![0x21, b])).unwrap();
+        assert_eq!(t(0x03), t(0xF3));
+        assert_ne!(t(0x03), t(0x04));
     }
 
     #[test]

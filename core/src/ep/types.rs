@@ -77,6 +77,11 @@ pub struct MemoryStats {
     pub arena_bytes: u64,
     /// Highest `arena_bytes` since creation or the last [`ExecutionProvider::reset_peak`](super::ExecutionProvider::reset_peak).
     pub arena_peak_bytes: u64,
+    /// Recordings (see [`ExecutionProvider::begin_capture`](super::ExecutionProvider::begin_capture))
+    /// dropped because the recorded run still held buffers it had allocated
+    /// that were not outputs: a run that releases at last use leaves none, so
+    /// anything but 0 is a bug, and tests treat it as one.
+    pub recording_leaks: u64,
 }
 
 /// The fused forms of op chains a provider runs better than the chains

@@ -263,8 +263,6 @@ async fn record(
     inputs: &[Value],
     opts: RunOptions,
 ) -> Result<Option<Recording>, Error> {
-    ep.reset_peak();
-    let baseline = ep.memory_stats().in_use_bytes;
     let mut owned: Vec<TensorArg> = Vec::new();
     let free_owned = |owned: &[TensorArg]| {
         for t in owned {
@@ -295,6 +293,11 @@ async fn record(
         free_owned(&owned);
         return Ok(None);
     }
+    // Measured from here: while this thread records, the provider keeps
+    // other threads' sessions (which share its figures) waiting.
+    ep.reset_peak();
+    let baseline = ep.memory_stats().in_use_bytes;
+    let input_bytes: u64 = owned.iter().map(|t| t.buffer.size).sum();
     // A panic inside the recorded run must not leave the provider recording
     // (its other callers would wait at its gate for ever).
     let mut unwinding = Unwinding(Some(ep));
@@ -311,7 +314,7 @@ async fn record(
             return Ok(None);
         }
     };
-    let peak = ep.memory_stats().peak_bytes.saturating_sub(baseline);
+    let peak = ep.memory_stats().peak_bytes.saturating_sub(baseline) + input_bytes;
     let mut outputs = Vec::with_capacity(result.outputs.len());
     let mut buffers: Vec<DeviceBuffer> = Vec::new();
     for v in &result.outputs {

@@ -204,7 +204,7 @@ def gqa_cases():
     v = []
 
     def gqa(name, s, past, b=2, seqlens=None, cap=None, packed=False, rotary=False, nkv=kv,
-            attrs=None, t=F32, oracle=None):
+            attrs=None, t=F32, oracle=None, positions=None, bias=None, sink=False):
         seqlens = np.array(seqlens if seqlens is not None else [past + s - 1] * b, np.int32)
         total = int(seqlens.max()) + 1
         with_past = past > 0 or cap is not None
@@ -229,6 +229,19 @@ def gqa_cases():
             ins += cache
             vals.update(cv)
             a["do_rotary"] = 1
+        else:
+            ins += [None, None]
+        # The newer inputs: position_ids [B, S] (int64), attention_bias
+        # [B or 1, N or 1, S, total] and head_sink [N].
+        if positions is not None:
+            ins.append(("position_ids", I64, [b, s]))
+            vals["position_ids"] = np.array(positions, np.int64).reshape(b, s)
+        else:
+            ins.append(None)
+        ins.append(("attention_bias", t, [*bias, s, total]) if bias else None)
+        ins.append(("head_sink", t, [n]) if sink else None)
+        while ins and ins[-1] is None:
+            ins.pop()
         outs = [("output", t), ("present_key", t), ("present_value", t)]
         tol = {F16: TOL_F16, BF16: TOL_BF16}.get(t, (1e-4, 1e-5))
         v.append(case(name, "GroupQueryAttention", ins, outs, a, values=vals, tol=tol,
@@ -256,4 +269,17 @@ def gqa_cases():
     gqa("gqa_f16_rotary_decode", 1, 5, rotary=True, t=F16)
     gqa("gqa_f16_decode_shared_buffer_ragged", 1, 5, cap=8, seqlens=[5, 3], t=F16)
     gqa("gqa_bf16_decode", 1, 5, t=BF16, oracle=ORT_F32)
+    # The schema's later inputs and attributes (onnxruntime-genai's builder
+    # writes twelve input slots).
+    gqa("gqa_rotary_decode_position_ids", 1, 5, rotary=True, positions=[2, 7])
+    gqa("gqa_rotary_chunk_position_ids", 3, 4, b=1, rotary=True, positions=[1, 3, 9])
+    gqa("gqa_attention_bias_prompt", 4, 0, bias=[2, 4])
+    gqa("gqa_attention_bias_broadcast_decode", 1, 5, cap=8, bias=[1, 1])
+    gqa("gqa_softcap_then_attention_bias_prompt", 4, 0, bias=[1, 4], attrs={"softcap": 1.0})
+    gqa("gqa_head_sink_prompt", 4, 0, sink=True)
+    gqa("gqa_head_sink_local_window_decode", 1, 6, sink=True, attrs={"local_window_size": 3})
+    gqa("gqa_smooth_softmax_prompt", 4, 0, attrs={"smooth_softmax": 1})
+    gqa("gqa_not_causal_prompt", 4, 0, attrs={"causal": 0})
+    gqa("gqa_not_causal_chunk_on_past", 2, 3, b=1, attrs={"causal": 0})
+    gqa("gqa_f16_head_sink_bias_decode", 1, 5, t=F16, sink=True, bias=[2, 1])
     return v

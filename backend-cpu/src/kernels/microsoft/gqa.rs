@@ -2,7 +2,12 @@
 //! `T_b = seqlens_k[b] + 1` keys, its new tokens at positions `P_b .. T_b`
 //! (`P_b = T_b - S`, or 0 for a first prompt); present rows beyond `T_b` stay
 //! zero. Queries see keys causally (within the local window when one is
-//! set); query head `n` reads key/value head `n / (N / KV)`.
+//! set), or all `T_b` of them when `causal` is 0; query head `n` reads
+//! key/value head `n / (N / KV)`. Rotary positions are `P_b + i`, or
+//! `position_ids` when given (except on a first prompt, as onnxruntime).
+//! Scores are scaled, soft-capped, biased by `attention_bias`, then
+//! normalized with the head's sink logit (`head_sink`, or 0 under
+//! `smooth_softmax`) in the denominator.
 
 use onyx_core::dtype::DType;
 use onyx_core::ep::{EpError, KernelSpec};
@@ -29,6 +34,12 @@ struct Prepared {
     q: Vec<f32>,
     k: Vec<f32>,
     v: Vec<f32>,
+    /// `attention_bias` and its first two dims (batch and heads, each 1 or full).
+    bias: Option<(Vec<f32>, usize, usize)>,
+    /// The columns of a bias row: total_sequence_length.
+    total: usize,
+    /// Each head's sink logit.
+    sinks: Option<Vec<f32>>,
 }
 
 struct GqaKernel {
@@ -58,6 +69,18 @@ impl GqaKernel {
             )));
         }
         let first_prompt = s > 1 && s == total;
+        let positions = match io.input_view(9) {
+            Some(view) if !first_prompt => {
+                if view.shape != [b, s] {
+                    return Err(kernel_err(format!(
+                        "GroupQueryAttention: position_ids {:?} for batch {b} and {s} new tokens",
+                        view.shape
+                    )));
+                }
+                Some(io.ints(9)?)
+            }
+            _ => None,
+        };
         let cap = g.past_capacity;
         let spans = seqlens
             .iter()
@@ -118,6 +141,13 @@ impl GqaKernel {
         if pk.as_ref().map(Vec::len) != pv.as_ref().map(Vec::len) {
             return Err(kernel_err("GroupQueryAttention: past_key and past_value differ"));
         }
+        // The rotary position of new token `si` of batch entry `bi`.
+        let position = |bi: usize, si: usize, p: usize| -> Result<usize, EpError> {
+            let Some(ids) = &positions else { return Ok(p + si) };
+            let id = ids[bi * s + si];
+            usize::try_from(id)
+                .map_err(|_| kernel_err(format!("GroupQueryAttention: position id {id}")))
+        };
         for (bi, &(p, _)) in spans.iter().enumerate() {
             for head in 0..kvn {
                 let dst = (bi * kvn + head) * lp * h;
@@ -129,25 +159,58 @@ impl GqaKernel {
             }
             for si in 0..s {
                 let row = bi * s + si;
+                let pos = position(bi, si, p)?;
                 for head in 0..n {
                     let at = row * stride + head * h;
                     let dst = ((bi * n + head) * s + si) * h;
                     q[dst..dst + h].copy_from_slice(&x[at..at + h]);
-                    rot(&mut q[dst..dst + h], p + si)?;
+                    rot(&mut q[dst..dst + h], pos)?;
                 }
                 for head in 0..kvn {
                     let (ka, va) =
                         (row * kstride + k_at + head * h, row * kstride + v_at + head * h);
                     let dst = ((bi * kvn + head) * lp + p + si) * h;
                     k[dst..dst + h].copy_from_slice(&kin[ka..ka + h]);
-                    rot(&mut k[dst..dst + h], p + si)?;
+                    rot(&mut k[dst..dst + h], pos)?;
                     v[dst..dst + h].copy_from_slice(&vin[va..va + h]);
                 }
             }
         }
         self.round.round_all(&mut q);
         self.round.round_all(&mut k);
-        Ok(Prepared { g, spans, q, k, v })
+        let bias = match io.input_view(10) {
+            None => None,
+            Some(view) => match view.shape[..] {
+                [bb, nb, bs, bt]
+                    if (bb == 1 || bb == b) && (nb == 1 || nb == n) && bs == s && bt == total =>
+                {
+                    if let Some(&(_, t)) = spans.iter().find(|&&(_, t)| t > total) {
+                        return Err(kernel_err(format!(
+                            "GroupQueryAttention: {t} keys, beyond the bias's {total} columns"
+                        )));
+                    }
+                    Some((load_f32(io, 10)?, bb, nb))
+                }
+                _ => {
+                    return Err(kernel_err(format!(
+                        "GroupQueryAttention: attention_bias {:?} for [{b}, {n}, {s}, {total}]",
+                        view.shape
+                    )));
+                }
+            },
+        };
+        let sinks = match load_opt(io, 11)? {
+            Some(sinks) if sinks.len() != n => {
+                return Err(kernel_err(format!(
+                    "GroupQueryAttention: {} head_sink values for {n} heads",
+                    sinks.len()
+                )));
+            }
+            Some(sinks) => Some(sinks),
+            None if self.op.smooth_softmax => Some(vec![0.0; n]),
+            None => None,
+        };
+        Ok(Prepared { g, spans, q, k, v, bias, total, sinks })
     }
 
     /// The output rows `[S, H]` of query head `bn = b · N + n`: both products
@@ -158,8 +221,9 @@ impl GqaKernel {
         let (bi, head) = (bn / g.heads, bn % g.heads);
         let kvh = bi * g.kv_heads + head / (g.heads / g.kv_heads);
         let (p0, t) = pr.spans[bi];
-        // Keys 0..seen: the last query's position bounds them, and so does T_b.
-        let seen = (p0 + s).min(t);
+        // Keys 0..seen: the last query's position bounds them (when causal),
+        // and so does T_b.
+        let seen = if self.op.causal { (p0 + s).min(t) } else { t };
         let keys = &pr.k[kvh * lp * h..(kvh * lp + seen) * h];
         let vals = &pr.v[kvh * lp * h..(kvh * lp + seen) * h];
         let scale = self.op.scale.unwrap_or_else(|| (1.0 / (h as f64).sqrt()) as f32);
@@ -170,13 +234,21 @@ impl GqaKernel {
             let pos = p0 + i;
             // The window holds `w` keys, the query's own included.
             let lo = if w > 0 { (pos + 1).saturating_sub(w as usize) } else { 0 };
-            let hi = (pos + 1).min(seen).max(lo);
+            let hi = if self.op.causal { (pos + 1).min(seen).max(lo) } else { seen };
             let (before, rest) = row.split_at_mut(lo.min(row.len()));
             let (visible, after) = rest.split_at_mut(hi - lo);
             if cap > 0.0 {
                 visible.iter_mut().for_each(|x| *x = cap * (*x / cap).tanh());
             }
-            softmax(visible);
+            if let Some((bias, bb, nb)) = &pr.bias {
+                // Bias columns are absolute key positions.
+                let at = (((bi % bb) * nb + head % nb) * s + i) * pr.total + lo;
+                visible.iter_mut().zip(&bias[at..at + (hi - lo)]).for_each(|(x, b)| *x += b);
+            }
+            match &pr.sinks {
+                Some(sinks) => softmax_with_sink(visible, sinks[head]),
+                None => softmax(visible),
+            }
             before.fill(0.0);
             after.fill(0.0);
         }
@@ -184,6 +256,18 @@ impl GqaKernel {
         product(&mut out, &scores, vals, (s, h, seen), false, 1.0)?;
         Ok(out)
     }
+}
+
+/// Softmax of `row` with one more logit, `sink`, that takes part in the
+/// denominator but has no value to weigh: the weights sum to less than 1.
+fn softmax_with_sink(row: &mut [f32], sink: f32) {
+    let max = row.iter().fold(sink, |m, &v| m.max(v));
+    let mut sum = (sink - max).exp();
+    for x in row.iter_mut() {
+        *x = (*x - max).exp();
+        sum += *x;
+    }
+    row.iter_mut().for_each(|x| *x /= sum);
 }
 
 impl CpuKernel for GqaKernel {

@@ -130,10 +130,21 @@ impl Rewrite {
             }
             read
         };
-        let read = kept_reads(&dropped);
-        for i in self.unread {
-            if graph.nodes[i].outputs.iter().flatten().all(|v| !read.contains(v)) {
-                dropped.insert(i);
+        // Until nothing more goes: dropping a node (the expanded mask's
+        // `Where`) leaves the nodes only it read (its `Expand`, then `And`) unread.
+        let mut unread = self.unread;
+        loop {
+            let read = kept_reads(&dropped);
+            let before = unread.len();
+            unread.retain(|&i| {
+                let gone = graph.nodes[i].outputs.iter().flatten().all(|v| !read.contains(v));
+                if gone {
+                    dropped.insert(i);
+                }
+                !gone
+            });
+            if unread.len() == before {
+                break;
             }
         }
         let mut nodes = Vec::with_capacity(graph.nodes.len());
@@ -323,6 +334,24 @@ mod tests {
         // The facts follow the fused graph, node by node.
         assert_eq!(inferred.ops.len(), 3);
         assert_eq!(inferred.facts[4].as_ref().map(|f| f.dtype), Some(DType::F32));
+    }
+
+    #[test]
+    fn unread_nodes_go_in_chains_once_their_last_reader_has_gone() {
+        let g = graph();
+        let registry = OpRegistry::standard();
+        let mut inferred = infer(&g, &registry, &Default::default(), &[]).unwrap();
+        let mut rw = Rewrite::default();
+        // Exp(Abs(x)) replaced by Exp(x): Abs is left to `unread`, as is Relu,
+        // whose reader Neg goes only once Neg itself is found unread.
+        rw.replace(&[3], vec![node("Exp", &[0], 4, vec![])]);
+        rw.unread.extend([0, 1, 2]);
+        let mut g = g;
+        g.outputs = vec![ValueId(4)];
+        let fused = rw.apply(&g, &mut inferred, &registry).expect("applies");
+        let ops: Vec<&str> = fused.nodes.iter().map(|n| n.op_type.as_str()).collect();
+        assert_eq!(ops, ["Exp"]);
+        assert_eq!(inferred.ops.len(), 1);
     }
 
     #[test]

@@ -13,13 +13,12 @@
 //! it prints why and returns, unless `ONYX_REQUIRE_CUDA=1` is set
 //! (`tools/gpu-check.sh` sets it).
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use onyx::core::ep::ExecutionProvider;
 use onyx::{Session, Value};
-use onyx_conformance::{Case, discover, ensure_node_suite, load_case_data};
+use onyx_conformance::{Case, discover, ensure_node_suite, load_case_data, parse_manifest};
 
 /// Threads that share the provider.
 const THREADS: usize = 8;
@@ -36,19 +35,11 @@ struct Sampled {
     expected: Outputs,
 }
 
-fn manifest_names(text: &str) -> BTreeSet<String> {
-    text.lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with('#'))
-        .map(str::to_string)
-        .collect()
-}
-
 /// An evenly spaced sample of the suite's cases named in `manifest`, so that
 /// the sample spans the alphabet (and so most op families).
 fn sample(manifest: &str) -> Vec<Case> {
     let dir = ensure_node_suite().unwrap_or_else(|e| panic!("{e}"));
-    let names = manifest_names(manifest);
+    let names = parse_manifest(manifest);
     let cases: Vec<Case> =
         discover(&dir, None).unwrap().into_iter().filter(|c| names.contains(&c.name)).collect();
     let want = match std::env::var("ONYX_CONCURRENT_CASES").as_deref() {

@@ -18,7 +18,9 @@ use std::path::Path;
 
 pub use compare::{Tolerance, compare_values};
 pub use data::{CaseData, load_case_data};
-pub use report::{CaseResult, ManifestCheck, Outcome, Report, check_manifest, read_manifest};
+pub use report::{
+    CaseResult, ManifestCheck, Outcome, Report, check_manifest, parse_manifest, read_manifest,
+};
 pub use suite::{
     Case, discover, ensure_node_suite, ensure_ort_suite, node_suite_dir, ort_suite_dir,
 };

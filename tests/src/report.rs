@@ -163,12 +163,16 @@ impl Report {
 /// # Errors
 /// I/O errors.
 pub fn read_manifest(path: &Path) -> std::io::Result<BTreeSet<String>> {
-    Ok(std::fs::read_to_string(path)?
-        .lines()
+    Ok(parse_manifest(&std::fs::read_to_string(path)?))
+}
+
+/// The case names of a manifest's text (see [`read_manifest`]).
+pub fn parse_manifest(text: &str) -> BTreeSet<String> {
+    text.lines()
         .map(|l| l.split('#').next().unwrap_or("").trim())
         .filter(|l| !l.is_empty())
         .map(String::from)
-        .collect())
+        .collect()
 }
 
 /// A report compared with a manifest.

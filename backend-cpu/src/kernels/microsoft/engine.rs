@@ -142,6 +142,18 @@ pub(crate) fn softmax(row: &mut [f32]) {
     }
 }
 
+/// Softmax of `row` with one more logit, `sink`, that takes part in the
+/// denominator but has no value to weigh: the weights sum to less than 1.
+pub(crate) fn softmax_with_sink(row: &mut [f32], sink: f32) {
+    let max = row.iter().fold(sink, |m, &v| m.max(v));
+    let mut sum = (sink - max).exp();
+    for x in row.iter_mut() {
+        *x = (*x - max).exp();
+        sum += *x;
+    }
+    row.iter_mut().for_each(|x| *x /= sum);
+}
+
 /// `softmax(scale · Q·Kᵀ + mask + bias) · V`, returned as `[B, S, N · Hv]`.
 ///
 /// # Errors

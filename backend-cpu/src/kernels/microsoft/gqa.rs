@@ -19,7 +19,7 @@ use crate::par::Loop;
 
 use super::super::attention::{Round, store};
 use super::super::{CpuKernel, KernelIo, KernelRegistry, unsupported_dtype};
-use super::engine::softmax;
+use super::engine::{softmax, softmax_with_sink};
 use super::rotary::rotate;
 use super::{kernel_err, load_f32, load_opt, product};
 
@@ -256,18 +256,6 @@ impl GqaKernel {
         product(&mut out, &scores, vals, (s, h, seen), false, 1.0)?;
         Ok(out)
     }
-}
-
-/// Softmax of `row` with one more logit, `sink`, that takes part in the
-/// denominator but has no value to weigh: the weights sum to less than 1.
-fn softmax_with_sink(row: &mut [f32], sink: f32) {
-    let max = row.iter().fold(sink, |m, &v| m.max(v));
-    let mut sum = (sink - max).exp();
-    for x in row.iter_mut() {
-        *x = (*x - max).exp();
-        sum += *x;
-    }
-    row.iter_mut().for_each(|x| *x /= sum);
 }
 
 impl CpuKernel for GqaKernel {

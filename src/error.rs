@@ -67,6 +67,9 @@ pub enum Error {
     /// The session's weights were freed ([`Session::release`](crate::Session::release)).
     #[error("the session was released")]
     Released,
+    /// Generation cannot start or go on (not a decoder, a prompt too long, bad settings).
+    #[error("generation: {0}")]
+    Generate(String),
     /// A thread pool could not be built.
     #[error("cannot start {threads} worker threads")]
     Threads {

@@ -19,6 +19,8 @@
 
 pub mod device;
 mod error;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod generate;
 pub mod inputs;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod npy;
@@ -28,11 +30,13 @@ mod workers;
 
 pub use device::{Adapter, Device};
 pub use error::{Error, Result, error_chain, is_unsupported};
+#[cfg(not(target_arch = "wasm32"))]
+pub use generate::{GenerateOptions, GenerationStats, Generator, Sampling};
 pub use onyx_core::dtype::DType;
 pub use onyx_core::tensor::{Tensor, Value};
 pub use session::{
-    DeviceMemory, IoInfo, MemoryReport, Progress, RunConfig, RunOutputs, Session, SessionBuilder,
-    TimelineStep,
+    BoundRun, DeviceMemory, IoBinding, IoInfo, MemoryReport, Progress, RunConfig, RunOutputs,
+    Session, SessionBuilder, TimelineStep,
 };
 
 /// The core crate, for lower-level use (graph IR, planner, provider traits).

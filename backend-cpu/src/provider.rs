@@ -97,7 +97,7 @@ impl ExecutionProvider for CpuProvider {
     }
 
     fn upload(&self, buffer: DeviceBuffer, data: &[u8]) -> Result<(), EpError> {
-        let storage = self.storage();
+        let mut storage = self.storage();
         let (ptr, size) = storage.resolve(&buffer)?;
         if data.len() > size {
             return Err(EpError::OutOfBounds {
@@ -109,6 +109,7 @@ impl ExecutionProvider for CpuProvider {
         // SAFETY: `ptr` addresses `size >= data.len()` live bytes; the lock keeps the
         // block alive, and `data` is host memory distinct from every pool block.
         unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), ptr, data.len()) };
+        storage.uploaded_bytes += data.len() as u64;
         Ok(())
     }
 
@@ -118,13 +119,15 @@ impl ExecutionProvider for CpuProvider {
         len: usize,
     ) -> BoxFuture<'_, Result<Vec<u8>, EpError>> {
         let result = (|| {
-            let storage = self.storage();
+            let mut storage = self.storage();
             let (ptr, size) = storage.resolve(&buffer)?;
             if len > size {
                 return Err(EpError::OutOfBounds { offset: 0, len: len as u64, size: size as u64 });
             }
             // SAFETY: `ptr` addresses `size >= len` live bytes while the lock is held.
-            Ok(unsafe { std::slice::from_raw_parts(ptr, len) }.to_vec())
+            let bytes = unsafe { std::slice::from_raw_parts(ptr, len) }.to_vec();
+            storage.downloaded_bytes += len as u64;
+            Ok(bytes)
         })();
         Box::pin(std::future::ready(result))
     }

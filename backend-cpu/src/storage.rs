@@ -36,6 +36,10 @@ pub struct Storage {
     limit: u64,
     /// Fill every block with `0xFF` (see the module docs).
     poison: bool,
+    /// Bytes copied in by `upload` and out by `download` (see [`MemoryStats`]).
+    pub uploaded_bytes: u64,
+    /// See `uploaded_bytes`.
+    pub downloaded_bytes: u64,
 }
 
 // SAFETY: the raw pointers are exclusively owned heap blocks; the provider
@@ -59,6 +63,8 @@ impl Storage {
             held_bytes: 0,
             limit,
             poison: std::env::var_os("ONYX_CPU_POISON").is_some_and(|v| v != "0"),
+            uploaded_bytes: 0,
+            downloaded_bytes: 0,
         }
     }
 
@@ -148,6 +154,8 @@ impl Storage {
     pub fn stats(&self) -> MemoryStats {
         MemoryStats {
             reserved_bytes: self.held_bytes + self.cached_bytes as u64,
+            uploaded_bytes: self.uploaded_bytes,
+            downloaded_bytes: self.downloaded_bytes,
             ..self.table.stats()
         }
     }

@@ -268,7 +268,7 @@ impl ExecutionProvider for CudaProvider {
     fn upload(&self, buffer: DeviceBuffer, data: &[u8]) -> Result<(), EpError> {
         let _pass = self.gate.pass();
         let ptr = {
-            let st = self.state();
+            let mut st = self.state();
             let e = Self::entry(&st, &buffer, self.device())?;
             if data.len() as u64 > e.size {
                 return Err(EpError::OutOfBounds {
@@ -277,7 +277,9 @@ impl ExecutionProvider for CudaProvider {
                     size: e.size,
                 });
             }
-            e.ptr
+            let ptr = e.ptr;
+            st.stats.uploaded_bytes += data.len() as u64;
+            ptr
         };
         if data.is_empty() {
             return Ok(());
@@ -314,12 +316,14 @@ impl ExecutionProvider for CudaProvider {
                 return Err(EpError::Unsupported("reading back while recording a run".into()));
             }
             let ptr = {
-                let st = self.state();
+                let mut st = self.state();
                 let e = Self::entry(&st, &buffer, self.device())?;
                 if len as u64 > e.size {
                     return Err(EpError::OutOfBounds { offset: 0, len: len as u64, size: e.size });
                 }
-                e.ptr
+                let ptr = e.ptr;
+                st.stats.downloaded_bytes += len as u64;
+                ptr
             };
             // Uninitialized: zeroing megabytes of output that the copy overwrites
             // costs a pass over host memory per run.

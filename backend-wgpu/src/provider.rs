@@ -346,6 +346,7 @@ impl WgpuProvider {
                 encoder.copy_buffer_to_buffer(&src, 0, &staging, 0, size);
             }
             self.flush(&mut st)?;
+            st.stats.downloaded_bytes += len as u64;
             staging
         };
         if size == 0 {
@@ -500,6 +501,7 @@ impl ExecutionProvider for WgpuProvider {
             padded.resize(data.len().div_ceil(4) * 4, 0);
             self.gpu.queue.write_buffer(&target, 0, &padded);
         }
+        st.stats.uploaded_bytes += data.len() as u64;
         self.gpu.take_errors()
     }
 

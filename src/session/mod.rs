@@ -2,6 +2,7 @@
 //! fallback), run with named host tensors. Asynchronous at the core, so the
 //! browser package is only JavaScript marshalling over [`Session`].
 
+mod binding;
 mod builder;
 mod report;
 mod run;
@@ -10,14 +11,15 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 #[cfg(not(target_arch = "wasm32"))]
-use std::time::Instant;
+pub(crate) use std::time::Instant;
 #[cfg(target_arch = "wasm32")]
-use web_time::Instant;
+pub(crate) use web_time::Instant;
 
 use onyx_core::ep::ExecutionProvider;
 use onyx_core::exec::{CompiledGraph, Replays};
 use onyx_core::graph::Model;
 
+pub use binding::{BoundRun, IoBinding};
 pub use builder::{Progress, SessionBuilder};
 pub use report::{DeviceMemory, IoInfo, MemoryReport, RunOutputs, TimelineStep};
 pub use run::RunConfig;

@@ -4,7 +4,8 @@
 
 use std::collections::HashMap;
 
-use onyx_core::exec::{self, RunOptions};
+use onyx_core::exec::{self, RunOptions, StepPoint};
+use onyx_core::plan::MemoryFigures;
 use onyx_core::tensor::Value;
 
 use super::report::{DeviceMemory, MemoryReport, RunOutputs, TimelineStep};
@@ -158,7 +159,22 @@ impl Session {
             let counts = self.kernels_per_device();
             log::info!("{} kernel nodes ran on {} (fallback)", counts[1].1, counts[1].0);
         }
-        let weights = &self.weights;
+        let memory =
+            self.memory_report(&figures, releases, &ran.peak_bytes, &ran.arena_bytes, timeline);
+        Ok(RunOutputs { values, memory, latency: start.elapsed(), host: ran.host })
+    }
+}
+
+impl Session {
+    /// A run's memory report from the plan's figures and what each provider measured.
+    pub(super) fn memory_report(
+        &self,
+        figures: &MemoryFigures,
+        releases: u64,
+        peak_bytes: &[u64],
+        arena_bytes: &[u64],
+        timeline: Vec<StepPoint>,
+    ) -> MemoryReport {
         let devices: Vec<DeviceMemory> = self
             .providers
             .iter()
@@ -167,37 +183,32 @@ impl Session {
                 let pf = figures.per_provider.get(i).copied().unwrap_or_default();
                 DeviceMemory {
                     device: p.name(),
-                    peak_bytes: ran.peak_bytes[i],
+                    peak_bytes: peak_bytes.get(i).copied().unwrap_or(0),
                     no_release_bytes: pf.no_release_bytes,
                     live_set_bound_bytes: pf.live_set_bound,
-                    arena_bytes: ran.arena_bytes.get(i).copied().unwrap_or(0),
-                    weight_bytes: weights[i],
+                    arena_bytes: arena_bytes.get(i).copied().unwrap_or(0),
+                    weight_bytes: self.weights[i],
                 }
             })
             .collect();
-        Ok(RunOutputs {
-            values,
-            memory: MemoryReport {
-                peak_bytes: devices[0].peak_bytes,
-                no_release_bytes: devices[0].no_release_bytes,
-                live_set_bound_bytes: devices[0].live_set_bound_bytes,
-                arena_bytes: devices[0].arena_bytes,
-                releases,
-                weight_bytes: devices[0].weight_bytes,
-                devices,
-                timeline: timeline
-                    .into_iter()
-                    .map(|p| TimelineStep {
-                        step: p.step,
-                        live_bytes: p.live_bytes,
-                        allocated_bytes: p.allocated_bytes,
-                        measured_bytes: p.measured_bytes,
-                        ms: p.ms,
-                    })
-                    .collect(),
-            },
-            latency: start.elapsed(),
-            host: ran.host,
-        })
+        MemoryReport {
+            peak_bytes: devices[0].peak_bytes,
+            no_release_bytes: devices[0].no_release_bytes,
+            live_set_bound_bytes: devices[0].live_set_bound_bytes,
+            arena_bytes: devices[0].arena_bytes,
+            releases,
+            weight_bytes: devices[0].weight_bytes,
+            devices,
+            timeline: timeline
+                .into_iter()
+                .map(|p| TimelineStep {
+                    step: p.step,
+                    live_bytes: p.live_bytes,
+                    allocated_bytes: p.allocated_bytes,
+                    measured_bytes: p.measured_bytes,
+                    ms: p.ms,
+                })
+                .collect(),
+        }
     }
 }

@@ -82,6 +82,14 @@ pub struct MemoryStats {
     /// that were not outputs: a run that releases at last use leaves none, so
     /// anything but 0 is a bug, and tests treat it as one.
     pub recording_leaks: u64,
+    /// Bytes copied from the host into the provider's buffers
+    /// ([`ExecutionProvider::upload`](super::ExecutionProvider::upload)) since creation.
+    pub uploaded_bytes: u64,
+    /// Bytes copied from the provider's buffers to the host
+    /// ([`ExecutionProvider::download`](super::ExecutionProvider::download)) since creation.
+    /// With [`uploaded_bytes`](Self::uploaded_bytes), what shows that a value
+    /// kept on the device (a KV cache) never crossed to the host.
+    pub downloaded_bytes: u64,
 }
 
 /// The fused forms of op chains a provider runs better than the chains

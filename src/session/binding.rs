@@ -1,0 +1,384 @@
+//! IO binding: runs whose inputs and outputs stay on the session's device
+//! between runs, as `ort`'s `IoBinding` does. A decoder's KV cache goes from
+//! one step's `present.*` outputs to the next step's `past_key_values.*`
+//! inputs without crossing to the host; only what the caller asks for
+//! ([`IoBinding::output_to_host`]) is read back.
+//!
+//! The binding owns its device buffers and frees them (through the
+//! provider's `deallocate`) when they are replaced, when it is cleared and
+//! when it is dropped. Bound runs are eager: they are not recorded as CUDA
+//! graphs.
+
+use std::collections::HashMap;
+
+use onyx_core::ep::{DeviceBuffer, ExecutionProvider, TensorArg};
+use onyx_core::exec::{self, DeviceValue, RunOptions};
+use onyx_core::shape::Shape;
+use onyx_core::tensor::{Tensor, Value};
+
+use super::report::MemoryReport;
+use super::{Instant, Session};
+use crate::error::{Error, Result};
+
+/// Device-resident inputs and outputs of a [`Session`]: see the module docs.
+pub struct IoBinding<'s> {
+    session: &'s Session,
+    /// Bound inputs, by model input name.
+    inputs: HashMap<String, DeviceValue>,
+    /// The last run's outputs that are still held, by model output name.
+    outputs: HashMap<String, DeviceValue>,
+}
+
+/// What [`Session::run_binding`] reports; the outputs stay in the binding.
+#[derive(Debug)]
+pub struct BoundRun {
+    /// Memory figures of the run: `peak_bytes` counts the bound inputs, the
+    /// intermediates and the outputs, as [`Session::run`] does.
+    pub memory: MemoryReport,
+    /// Wall time of the run (no transfers: nothing is uploaded or read back).
+    pub latency: std::time::Duration,
+}
+
+fn buffers(v: &DeviceValue) -> Vec<DeviceBuffer> {
+    match v {
+        DeviceValue::Tensor(t) => vec![t.buffer],
+        DeviceValue::Sequence(_, ts) => ts.iter().map(|t| t.buffer).collect(),
+        DeviceValue::Empty { .. } | DeviceValue::Host(_) => Vec::new(),
+    }
+}
+
+fn bytes(v: &DeviceValue) -> u64 {
+    buffers(v).iter().map(|b| b.size).sum()
+}
+
+impl Session {
+    /// An empty binding for this session's inputs and outputs.
+    pub fn create_binding(&self) -> IoBinding<'_> {
+        IoBinding { session: self, inputs: HashMap::new(), outputs: HashMap::new() }
+    }
+
+    /// Runs the model on the binding's inputs, blocking, on the session's
+    /// threads. The outputs replace the binding's previous ones and stay on
+    /// the device.
+    ///
+    /// # Errors
+    /// As [`run_binding_async`](Self::run_binding_async).
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn run_binding(&self, binding: &mut IoBinding<'_>) -> Result<BoundRun> {
+        self.workers.run(|| pollster::block_on(self.run_binding_async(binding)))
+    }
+
+    /// Runs the model on the binding's inputs (see [`run_binding`](Self::run_binding)).
+    ///
+    /// # Errors
+    /// [`Error::Input`] for an input not bound or a binding of another
+    /// session; [`Error::Run`] as [`Session::run`]. On failure the binding's
+    /// inputs are kept and it holds no outputs.
+    pub async fn run_binding_async(&self, binding: &mut IoBinding<'_>) -> Result<BoundRun> {
+        if self.released {
+            return Err(Error::Released);
+        }
+        if !std::ptr::eq(binding.session, self) {
+            return Err(Error::Input {
+                name: "(binding)".into(),
+                reason: "the binding belongs to another session".into(),
+            });
+        }
+        binding.clear_outputs()?;
+        let g = &self.model.graph;
+        let mut ordered = Vec::with_capacity(g.inputs.len());
+        for &i in &g.inputs {
+            let name = &g.value(i).name;
+            ordered.push(
+                binding.inputs.get(name).cloned().ok_or_else(|| Error::Input {
+                    name: name.clone(),
+                    reason: "not bound".into(),
+                })?,
+            );
+        }
+        let start = Instant::now();
+        let refs = self.providers();
+        let mut baselines = Vec::with_capacity(refs.len());
+        for p in &refs {
+            p.reset_peak();
+            let st = p.memory_stats();
+            baselines.push((st.in_use_bytes, st.arena_bytes));
+        }
+        let opts = RunOptions { release_dead_values: self.release, ..RunOptions::default() };
+        let ran = exec::run(&self.program, &refs, &ordered, opts)
+            .await
+            .map_err(|source| Error::Run { device: self.device.clone(), source })?;
+        let lent: u64 = ordered.iter().map(bytes).sum();
+        let stats: Vec<_> = refs.iter().map(|p| p.memory_stats()).collect();
+        let peak: Vec<u64> = stats
+            .iter()
+            .zip(&baselines)
+            .enumerate()
+            .map(|(i, (s, b))| {
+                let own = s.peak_bytes.saturating_sub(b.0);
+                if i == 0 { own + lent } else { own }
+            })
+            .collect();
+        let arena: Vec<u64> = stats
+            .iter()
+            .zip(&baselines)
+            .zip(&ran.arena_bytes)
+            .map(|((s, b), &planned)| match s.arena_peak_bytes.saturating_sub(b.1) {
+                0 => planned,
+                held => held,
+            })
+            .collect();
+        let names = g.outputs.iter().map(|&o| g.value(o).name.clone());
+        binding.outputs = names.zip(ran.outputs).collect();
+        let memory = self.memory_report(&ran.figures, ran.releases, &peak, &arena, Vec::new());
+        Ok(BoundRun { memory, latency: start.elapsed() })
+    }
+}
+
+impl<'s> IoBinding<'s> {
+    /// Uploads `value` to the session's device as input `name`, replacing
+    /// (and freeing) what was bound there.
+    ///
+    /// # Errors
+    /// [`Error::Input`] for a name the model does not have or a value that
+    /// cannot be uploaded; [`Error::Provider`] for a failed transfer.
+    pub fn bind_input(&mut self, name: &str, value: &Value) -> Result<()> {
+        self.check_input(name)?;
+        let ep = self.session.provider();
+        let mut made: Vec<DeviceBuffer> = Vec::new();
+        let uploaded = (|| {
+            let mut upload = |t: &Tensor| -> Result<TensorArg> {
+                let data = t
+                    .bytes()
+                    .map_err(|e| Error::Input { name: name.into(), reason: e.to_string() })?;
+                let buffer = ep
+                    .allocate(data.len() as u64, t.dtype().align() as u32)
+                    .map_err(provider_err(ep, format!("allocating input '{name}'")))?;
+                made.push(buffer);
+                ep.upload(buffer, data).map_err(provider_err(ep, format!("uploading '{name}'")))?;
+                Ok(TensorArg { buffer, dtype: t.dtype(), shape: t.shape().to_vec() })
+            };
+            Ok(match value {
+                Value::Tensor(t) if t.dtype().byte_size(t.numel()).is_none() => {
+                    DeviceValue::Host(t.clone())
+                }
+                Value::Tensor(t) => DeviceValue::Tensor(upload(t)?),
+                Value::Sequence(d, ts) => {
+                    DeviceValue::Sequence(*d, ts.iter().map(&mut upload).collect::<Result<_>>()?)
+                }
+                Value::Empty { dtype, sequence } => {
+                    DeviceValue::Empty { dtype: *dtype, sequence: *sequence }
+                }
+            })
+        })();
+        match uploaded {
+            Ok(v) => self.set_input(name, v),
+            Err(e) => {
+                for b in made {
+                    let _ = ep.deallocate(b);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Moves the last run's output `output` into input `input` without a
+    /// copy (the old input is freed): how a decoder's `present.N.key` becomes
+    /// the next step's `past_key_values.N.key`. An output that a CPU
+    /// fallback produced is copied to the primary device first.
+    ///
+    /// # Errors
+    /// As [`bind_output_as_input_async`](Self::bind_output_as_input_async).
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn bind_output_as_input(&mut self, output: &str, input: &str) -> Result<()> {
+        pollster::block_on(self.bind_output_as_input_async(output, input))
+    }
+
+    /// Moves output `output` into input `input` (see
+    /// [`bind_output_as_input`](Self::bind_output_as_input)).
+    ///
+    /// # Errors
+    /// [`Error::Input`] for unknown names or an output the last run did not
+    /// leave; [`Error::Provider`] for a failed transfer (the output stays held).
+    pub async fn bind_output_as_input_async(&mut self, output: &str, input: &str) -> Result<()> {
+        self.check_input(input)?;
+        let v = self.outputs.remove(output).ok_or_else(|| Error::Input {
+            name: output.into(),
+            reason: "no such output is held (run the binding first)".into(),
+        })?;
+        match self.to_primary(&v).await {
+            Ok(moved) => self.set_input(input, moved),
+            Err(e) => {
+                self.outputs.insert(output.into(), v);
+                Err(e)
+            }
+        }
+    }
+
+    /// The dtype and shape of a held output.
+    pub fn output_shape(&self, name: &str) -> Option<(onyx_core::dtype::DType, Shape)> {
+        match self.outputs.get(name)? {
+            DeviceValue::Tensor(t) => Some((t.dtype, Shape::known(&t.shape))),
+            DeviceValue::Host(t) => Some((t.dtype(), Shape::known(t.shape()))),
+            _ => None,
+        }
+    }
+
+    /// The dtype and shape of a bound input.
+    pub fn input_shape(&self, name: &str) -> Option<(onyx_core::dtype::DType, Shape)> {
+        match self.inputs.get(name)? {
+            DeviceValue::Tensor(t) => Some((t.dtype, Shape::known(&t.shape))),
+            DeviceValue::Host(t) => Some((t.dtype(), Shape::known(t.shape()))),
+            _ => None,
+        }
+    }
+
+    /// Reads output `name` back to the host, blocking. The output stays bound.
+    ///
+    /// # Errors
+    /// As [`output_to_host_async`](Self::output_to_host_async).
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn output_to_host(&self, name: &str) -> Result<Tensor> {
+        pollster::block_on(self.output_to_host_async(name))
+    }
+
+    /// Reads output `name` back to the host. The output stays bound.
+    ///
+    /// # Errors
+    /// [`Error::Input`] for an output that is not held or not a tensor;
+    /// [`Error::Provider`] for a failed transfer.
+    pub async fn output_to_host_async(&self, name: &str) -> Result<Tensor> {
+        match self.outputs.get(name) {
+            Some(DeviceValue::Tensor(t)) => self.download(t).await,
+            Some(DeviceValue::Host(t)) => Ok(t.clone()),
+            Some(_) => Err(Error::Input { name: name.into(), reason: "not a tensor".into() }),
+            None => {
+                Err(Error::Input { name: name.into(), reason: "no such output is held".into() })
+            }
+        }
+    }
+
+    /// Bytes the binding holds on the devices now (inputs and outputs).
+    pub fn held_bytes(&self) -> u64 {
+        self.inputs.values().chain(self.outputs.values()).map(bytes).sum()
+    }
+
+    /// Frees every bound input and held output.
+    ///
+    /// # Errors
+    /// [`Error::Provider`] if a provider rejects a free (the rest are still freed).
+    pub fn clear(&mut self) -> Result<()> {
+        let outputs = self.clear_outputs();
+        let inputs: Vec<DeviceValue> = self.inputs.drain().map(|(_, v)| v).collect();
+        let mut first = outputs.err();
+        for v in inputs {
+            if let Err(e) = self.free(&v) {
+                first.get_or_insert(e);
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
+
+    fn clear_outputs(&mut self) -> Result<()> {
+        let outputs: Vec<DeviceValue> = self.outputs.drain().map(|(_, v)| v).collect();
+        let mut first = None;
+        for v in outputs {
+            if let Err(e) = self.free(&v) {
+                first.get_or_insert(e);
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
+
+    fn check_input(&self, name: &str) -> Result<()> {
+        let g = &self.session.model.graph;
+        if g.inputs.iter().any(|&i| g.value(i).name == name) {
+            return Ok(());
+        }
+        let known: Vec<&str> = g.inputs.iter().map(|&i| g.value(i).name.as_str()).collect();
+        Err(Error::Input {
+            name: name.into(),
+            reason: format!("the model has no such input (inputs: {})", known.join(", ")),
+        })
+    }
+
+    fn set_input(&mut self, name: &str, v: DeviceValue) -> Result<()> {
+        match self.inputs.insert(name.into(), v) {
+            Some(old) => self.free(&old),
+            None => Ok(()),
+        }
+    }
+
+    fn provider_of(&self, b: DeviceBuffer) -> Result<&'s dyn ExecutionProvider> {
+        self.session.providers.iter().map(|p| &**p).find(|p| p.device() == b.device).ok_or_else(
+            || Error::Input {
+                name: "(binding)".into(),
+                reason: format!("a buffer on {} belongs to no provider of the session", b.device),
+            },
+        )
+    }
+
+    fn free(&self, v: &DeviceValue) -> Result<()> {
+        let mut first = None;
+        for b in buffers(v) {
+            let freed = self.provider_of(b).and_then(|p| {
+                p.deallocate(b).map_err(provider_err(p, "freeing a bound value".into()))
+            });
+            if let Err(e) = freed {
+                first.get_or_insert(e);
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
+
+    async fn download(&self, t: &TensorArg) -> Result<Tensor> {
+        let p = self.provider_of(t.buffer)?;
+        let len = t.dtype.byte_size(t.shape.iter().product()).unwrap_or(0);
+        let data =
+            p.download(t.buffer, len).await.map_err(provider_err(p, "reading back".into()))?;
+        Tensor::from_bytes(t.dtype, t.shape.clone(), data.into())
+            .map_err(|e| Error::Input { name: "(output)".into(), reason: e.to_string() })
+    }
+
+    /// `v` on the primary device: itself if it is there already, else a copy
+    /// (and `v` freed). Only tensors move; sequences must already be there.
+    async fn to_primary(&self, v: &DeviceValue) -> Result<DeviceValue> {
+        let primary = self.session.provider();
+        let DeviceValue::Tensor(t) = v else { return Ok(v.clone()) };
+        if t.buffer.device == primary.device() {
+            return Ok(v.clone());
+        }
+        let host = self.download(t).await?;
+        let data = host
+            .bytes()
+            .map_err(|e| Error::Input { name: "(output)".into(), reason: e.to_string() })?;
+        let buffer = primary
+            .allocate(data.len() as u64, t.dtype.align() as u32)
+            .map_err(provider_err(primary, "allocating a moved output".into()))?;
+        if let Err(source) = primary.upload(buffer, data) {
+            let _ = primary.deallocate(buffer);
+            return Err(Error::Provider {
+                backend: primary.name(),
+                action: "moving an output".into(),
+                source,
+            });
+        }
+        self.free(v)?;
+        Ok(DeviceValue::Tensor(TensorArg { buffer, dtype: t.dtype, shape: t.shape.clone() }))
+    }
+}
+
+impl Drop for IoBinding<'_> {
+    fn drop(&mut self) {
+        if let Err(e) = self.clear() {
+            log::error!("{}", crate::error_chain(&e));
+        }
+    }
+}
+
+fn provider_err(
+    ep: &dyn ExecutionProvider,
+    action: String,
+) -> impl FnOnce(onyx_core::ep::EpError) -> Error + '_ {
+    move |source| Error::Provider { backend: ep.name(), action, source }
+}

@@ -23,6 +23,9 @@ enum Command {
     Conformance(ConformanceArgs),
     /// Time a model: session creation, the first run and warm runs (median and spread).
     Bench(BenchArgs),
+    /// Generate tokens with a decoder (Optimum or onnxruntime-genai layout),
+    /// printing them as they come.
+    Generate(GenerateArgs),
 }
 
 /// Options shared by commands that build a session.
@@ -113,6 +116,50 @@ pub(crate) struct BenchArgs {
 }
 
 #[derive(Args, Debug)]
+pub(crate) struct GenerateArgs {
+    /// The decoder's .onnx file (with past key values as inputs).
+    pub(crate) model: PathBuf,
+    #[command(flatten)]
+    pub(crate) session: SessionArgs,
+    /// The prompt as token ids, e.g. 1,2,3.
+    #[arg(long, value_name = "IDS", conflicts_with = "prompt")]
+    pub(crate) prompt_ids: Option<String>,
+    /// The prompt as text, encoded with the tokenizer.
+    #[arg(long, value_name = "TEXT")]
+    pub(crate) prompt: Option<String>,
+    /// A tokenizer.json (default: the one beside the model, if any).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) tokenizer: Option<PathBuf>,
+    /// New tokens at most.
+    #[arg(long, default_value_t = 64)]
+    pub(crate) max_new_tokens: usize,
+    /// Prompt and new tokens at most (default: genai_config.json's, else none).
+    #[arg(long)]
+    pub(crate) max_length: Option<usize>,
+    /// Sampling temperature; 0 is greedy.
+    #[arg(long, default_value_t = 0.0)]
+    pub(crate) temperature: f32,
+    /// Sample among the K most likely tokens only (0: all).
+    #[arg(long, default_value_t = 0)]
+    pub(crate) top_k: usize,
+    /// Sample among the most likely tokens whose probabilities sum to P.
+    #[arg(long, default_value_t = 1.0)]
+    pub(crate) top_p: f32,
+    /// Penalty on tokens already in the sequence (1: none).
+    #[arg(long, default_value_t = 1.0)]
+    pub(crate) repetition_penalty: f32,
+    /// The sampler's seed.
+    #[arg(long, default_value_t = 0)]
+    pub(crate) seed: u64,
+    /// A token that ends generation (repeatable; default: genai_config.json's eos).
+    #[arg(long = "stop-token", value_name = "ID")]
+    pub(crate) stop_tokens: Vec<i64>,
+    /// Print one JSON object (generated_ids, ttft_ms, tokens/s, memory) instead of tokens.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Args, Debug)]
 pub(crate) struct InfoArgs {
     /// The .onnx file; without one, describes the --device (name, compute capability, memory).
     pub(crate) model: Option<PathBuf>,
@@ -168,5 +215,6 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Info(a) => crate::info::info(a),
         Command::Conformance(a) => crate::conformance::conformance(a),
         Command::Bench(a) => crate::bench::bench(a),
+        Command::Generate(a) => crate::generate::generate(a),
     }
 }

@@ -6,6 +6,7 @@
 mod args;
 mod bench;
 mod conformance;
+mod generate;
 mod info;
 mod io;
 mod run;

@@ -17,7 +17,10 @@
 #   2. the concurrency test on CUDA and the CPU: a sample of cases
 #      (ONYX_CONCURRENT_CASES, all of the manifest by default) on 8 threads sharing
 #      one provider, outputs equal to a one-thread run, memory back where it started;
-#   3. the CUDA integration tests (tests/facade/cuda.rs).
+#   3. the CUDA integration tests (tests/facade/cuda.rs);
+#   4. generation on CUDA (tests/facade/generate.rs): greedy tokens and logits equal
+#      an onnxruntime CPU loop, and the KV cache never crosses to the host (needs
+#      python3 with onnx, onnxruntime and numpy).
 # Any warning that a recording left buffers behind fails the check too.
 # Logs go to $OUT (or /tmp/gpu-check).
 set -uo pipefail
@@ -33,7 +36,7 @@ build() {
     # feature set (a plain `cargo build` unifies without the dev-dependencies
     # and would compile the workspace twice); it builds the CLI too.
     cargo test --release --features cuda -p onyx-cli -p onyx --test concurrency --test cuda \
-        --no-run --message-format=json > "$tmp/build.json"
+        --test generate --no-run --message-format=json > "$tmp/build.json"
     cp target/release/onyx "$tmp/onyx"
     # Each test binary's path, from cargo's report.
     test_bin() {
@@ -41,11 +44,12 @@ build() {
     }
     cp "$(test_bin concurrency)" "$tmp/concurrency"
     cp "$(test_bin cuda)" "$tmp/cuda_tests"
+    cp "$(test_bin generate)" "$tmp/generate_tests"
     rm "$tmp/build.json"
     strip "$tmp"/*
     # Only the tarball is carried (the device tool takes 64 MiB a call).
-    rm -f "$BIN/onyx" "$BIN/concurrency" "$BIN/cuda_tests"
-    tar cJf "$BIN/gpu-check.tar.xz" -C "$tmp" onyx concurrency cuda_tests
+    rm -f "$BIN/onyx" "$BIN/concurrency" "$BIN/cuda_tests" "$BIN/generate_tests"
+    tar cJf "$BIN/gpu-check.tar.xz" -C "$tmp" onyx concurrency cuda_tests generate_tests
     rm -rf "$tmp"
     ls -l "$BIN/gpu-check.tar.xz"
 }
@@ -98,6 +102,11 @@ run() {
     echo "== 3. the CUDA integration tests"
     "$BIN/cuda_tests" --test-threads 1 > "$out/cuda_tests.log" 2>&1 || failed=1
     grep -E "test result|FAILED|panicked" "$out/cuda_tests.log"
+
+    echo "== 4. generation on CUDA against onnxruntime"
+    ONYX_SOURCE_DIR="$PWD" ONYX_GENERATE_DIR=/tmp/onyx-generate \
+        "$BIN/generate_tests" --test-threads 1 cuda > "$out/generate.log" 2>&1 || failed=1
+    grep -E "^test |test result|panicked" "$out/generate.log"
 
     if grep -l "neither freed nor" "$out"/*.log; then
         echo "a recording left buffers behind (above)"

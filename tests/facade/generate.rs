@@ -20,8 +20,16 @@ fn python() -> String {
     std::env::var("PYTHON").unwrap_or_else(|_| "python3".into())
 }
 
+/// The source tree: where the test was built, or `$ONYX_SOURCE_DIR` (the
+/// GPU machine runs the binary built here, from its own checkout).
+fn source_dir() -> PathBuf {
+    std::env::var_os("ONYX_SOURCE_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
+}
+
 fn script(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/scripts").join(name)
+    source_dir().join("tests/scripts").join(name)
 }
 
 fn py<S: AsRef<std::ffi::OsStr> + std::fmt::Debug>(args: &[S]) {
@@ -43,9 +51,17 @@ struct Fixture {
 }
 
 fn fixture(name: &str, generator: &str, args: &[&str]) -> Fixture {
+    fixture_checked(name, generator, args, &[])
+}
+
+/// [`fixture`] with extra arguments for `ort_generate.py`.
+fn fixture_checked(name: &str, generator: &str, args: &[&str], checks: &[&str]) -> Fixture {
     static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
     let _guard = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("generate").join(name);
+    let root = std::env::var_os("ONYX_GENERATE_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_TARGET_TMPDIR")).join("generate"));
+    let dir = root.join(name);
     std::fs::create_dir_all(&dir).unwrap();
     let model = dir.join("model.onnx");
     let reference = dir.join("reference.json");
@@ -58,6 +74,7 @@ fn fixture(name: &str, generator: &str, args: &[&str]) -> Fixture {
         let mut b: Vec<std::ffi::OsString> =
             reference_args.into_iter().map(PathBuf::into_os_string).collect();
         b.extend(["--new".into(), new.into()]);
+        b.extend(checks.iter().map(std::ffi::OsString::from));
         py(&b);
     }
     let json: serde_json::Value =
@@ -73,18 +90,60 @@ fn optimum_fp32() -> Fixture {
     fixture("optimum_fp32", "tiny_decoder.py", &["--heads", "8", "--kv-heads", "2"])
 }
 
+fn optimum_int4() -> Fixture {
+    fixture("optimum_int4", "tiny_decoder.py", &["--heads", "8", "--kv-heads", "2", "--int4"])
+}
+
+/// The onnxruntime-genai builder's layout (GroupQueryAttention, 8/2 heads), whose
+/// reference must also equal onnxruntime-genai's own greedy search (CI
+/// installs the package; `ONYX_NO_ORT_GENAI=1` skips that check where it is missing).
+fn genai(int4: bool) -> Fixture {
+    let check: &[&str] =
+        if std::env::var_os("ONYX_NO_ORT_GENAI").is_some() { &[] } else { &["--genai"] };
+    if int4 {
+        fixture_checked("genai_int4", "tiny_genai_decoder.py", &["--int4"], check)
+    } else {
+        fixture_checked("genai_fp32", "tiny_genai_decoder.py", &[], check)
+    }
+}
+
 fn session(model: &Path, device: &str) -> Session {
     Session::builder().with_device(device).with_strict(true).commit_from_file(model).unwrap()
+}
+
+/// A strict CUDA session, or `None` (skipped) where no GPU opens and
+/// `ONYX_REQUIRE_CUDA` is not set.
+#[cfg(feature = "cuda")]
+fn cuda_session(model: &Path) -> Option<Session> {
+    match Session::builder().with_device("cuda").with_strict(true).commit_from_file(model) {
+        Ok(s) => Some(s),
+        Err(e) if std::env::var_os("ONYX_REQUIRE_CUDA").is_none() => {
+            eprintln!("skipping: no CUDA device ({})", onyx::error_chain(&e));
+            None
+        }
+        Err(e) => panic!("ONYX_REQUIRE_CUDA is set: {}", onyx::error_chain(&e)),
+    }
 }
 
 fn greedy(max_new_tokens: usize) -> GenerateOptions {
     GenerateOptions { max_new_tokens, ..GenerateOptions::default() }
 }
 
+/// Greedy with no stop token: the references run all their steps, and the
+/// genai folders' end-of-sequence token may come up among them.
+fn greedy_to_the_end(max_new_tokens: usize) -> GenerateOptions {
+    GenerateOptions { stop_tokens: Some(Vec::new()), ..greedy(max_new_tokens) }
+}
+
 /// Generates greedily and checks every token and every step's logits.
 fn matches_onnxruntime(f: &Fixture, device: &str, tolerance: f32) {
-    let s = session(&f.model, device);
-    let mut g = Generator::new(&s, std::slice::from_ref(&f.prompt), greedy(NEW_TOKENS)).unwrap();
+    matches_onnxruntime_in(f, &session(&f.model, device), tolerance);
+}
+
+fn matches_onnxruntime_in(f: &Fixture, s: &Session, tolerance: f32) {
+    let device = s.device();
+    let mut g =
+        Generator::new(s, std::slice::from_ref(&f.prompt), greedy_to_the_end(NEW_TOKENS)).unwrap();
     let vocab = f.logits.shape()[1];
     let want = f.logits.to_vec::<f32>().unwrap();
     let mut got = Vec::new();
@@ -106,6 +165,55 @@ fn greedy_decoding_matches_onnxruntime_on_the_optimum_layout() {
     matches_onnxruntime(&optimum_fp32(), "cpu", 1e-4);
 }
 
+#[test]
+fn greedy_decoding_matches_onnxruntime_on_the_optimum_layout_in_int4() {
+    matches_onnxruntime(&optimum_int4(), "cpu", 1e-4);
+}
+
+#[test]
+fn greedy_decoding_matches_onnxruntime_on_the_genai_layout() {
+    let f = genai(false);
+    matches_onnxruntime(&f, "cpu", 1e-4);
+    let s = session(&f.model, "cpu");
+    let g = Generator::new(&s, std::slice::from_ref(&f.prompt), greedy(1)).unwrap();
+    let layout = g.layout();
+    assert_eq!(layout.kind, onyx::generate::LayoutKind::Genai);
+    assert_eq!((layout.kv.len(), layout.kv_heads, layout.head_dim), (4, 2, 16));
+    assert_eq!(layout.config.eos_token_ids, vec![1023]);
+    assert_eq!(layout.config.max_length, Some(256));
+}
+
+#[test]
+fn greedy_decoding_matches_onnxruntime_on_the_genai_layout_in_int4() {
+    matches_onnxruntime(&genai(true), "cpu", 1e-4);
+}
+
+#[test]
+fn the_genai_config_sets_the_end_of_sequence_token_and_the_maximum_length() {
+    let f = genai(false);
+    let s = session(&f.model, "cpu");
+    // max_length 256 in genai_config.json: 8 prompt tokens leave 248.
+    let long =
+        Generator::new(&s, std::slice::from_ref(&f.prompt), greedy_to_the_end(1000)).unwrap();
+    assert_eq!(long.count(), 248);
+    // A copy of the folder whose config names the reference's 4th token as
+    // end of sequence stops there by default, the token kept.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(&f.model, dir.path().join("model.onnx")).unwrap();
+    let config = f.model.with_file_name("genai_config.json");
+    let mut json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(config).unwrap()).unwrap();
+    json["model"]["eos_token_id"] = serde_json::json!([f.tokens[3]]);
+    std::fs::write(dir.path().join("genai_config.json"), json.to_string()).unwrap();
+    let s = session(&dir.path().join("model.onnx"), "cpu");
+    let got: Vec<i64> = Generator::new(&s, std::slice::from_ref(&f.prompt), greedy(NEW_TOKENS))
+        .unwrap()
+        .map(|t| t.unwrap()[0])
+        .collect();
+    let at = f.tokens.iter().position(|&t| t == f.tokens[3]).unwrap();
+    assert_eq!(got, f.tokens[..=at]);
+}
+
 #[cfg(feature = "wgpu")]
 #[test]
 fn greedy_decoding_matches_onnxruntime_on_wgpu() {
@@ -114,14 +222,39 @@ fn greedy_decoding_matches_onnxruntime_on_wgpu() {
         return;
     }
     matches_onnxruntime(&optimum_fp32(), "wgpu", 1e-3);
+    // The genai layout's contrib ops run on the CPU beside wgpu (no WGSL
+    // kernels yet): the same loop, its cache moved where the kernels are.
+    let f = genai(true);
+    let s = Session::builder().with_device("wgpu").commit_from_file(&f.model).unwrap();
+    matches_onnxruntime_in(&f, &s, 1e-3);
+}
+
+#[cfg(feature = "cuda")]
+#[test]
+fn greedy_decoding_matches_onnxruntime_on_cuda() {
+    let f = optimum_fp32();
+    let Some(s) = cuda_session(&f.model) else { return };
+    matches_onnxruntime_in(&f, &s, 1e-3);
+}
+
+#[cfg(feature = "cuda")]
+#[test]
+fn the_kv_cache_never_crosses_to_the_host_on_cuda() {
+    let f = optimum_fp32();
+    let Some(s) = cuda_session(&f.model) else { return };
+    kv_stays_on_the_device(&f, &s);
 }
 
 #[test]
 fn the_kv_cache_never_crosses_to_the_host() {
     let f = optimum_fp32();
-    let s = session(&f.model, "cpu");
+    kv_stays_on_the_device(&f, &session(&f.model, "cpu"));
+}
+
+/// 16 steps: only the step inputs go up and only the logits come back.
+fn kv_stays_on_the_device(f: &Fixture, s: &Session) {
     let before = s.provider().memory_stats();
-    let mut g = Generator::new(&s, std::slice::from_ref(&f.prompt), greedy(16)).unwrap();
+    let mut g = Generator::new(s, std::slice::from_ref(&f.prompt), greedy(16)).unwrap();
     let layout = g.layout().clone();
     let steps: Vec<i64> = (&mut g).map(|t| t.unwrap()[0]).collect();
     assert_eq!(steps.len(), 16);

@@ -13,6 +13,11 @@ position's logits at every step, [steps, vocab], float32).
 
 MatMulNBits' accuracy_level is set to 0, so onnxruntime keeps activations in
 float as Onyx does.
+
+Where the model folder has a genai_config.json (the onnxruntime-genai layout) and
+the onnxruntime_genai package is installed, its own greedy search over the folder
+must give the same tokens (with --genai, the package is required); reference.json
+then says "onnxruntime_genai": true.
 """
 
 import argparse
@@ -69,6 +74,21 @@ def greedy(sess, prompt, steps):
     return tokens, np.stack(rows), min(margins)
 
 
+def genai_greedy(folder, prompt, steps):
+    import onnxruntime_genai as og
+
+    model = og.Model(folder)
+    params = og.GeneratorParams(model)
+    params.set_search_options(max_length=len(prompt) + steps, do_sample=False)
+    gen = og.Generator(model, params)
+    gen.append_tokens([prompt])
+    out = []
+    while not gen.is_done() and len(out) < steps:
+        gen.generate_next_token()
+        out.append(int(gen.get_next_tokens()[0]))
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("model")
@@ -77,6 +97,7 @@ def main():
     ap.add_argument("--prompt-len", type=int, default=8)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--margin", type=float, default=1e-3)
+    ap.add_argument("--genai", action="store_true", help="require onnxruntime_genai's check")
     a = ap.parse_args()
     sess = session(a.model)
     vocab = sess.get_outputs()[0].shape[-1]
@@ -87,10 +108,22 @@ def main():
             break
     else:
         raise SystemExit(f"no prompt of 100 kept every top-1/top-2 margin above {a.margin}")
+    report = {"prompt": prompt, "tokens": tokens, "min_margin": margin, "seed": seed}
+    folder = os.path.dirname(os.path.abspath(a.model))
+    if os.path.exists(os.path.join(folder, "genai_config.json")):
+        try:
+            theirs = genai_greedy(folder, prompt, a.new)
+        except ImportError:
+            if a.genai:
+                raise
+        else:
+            if theirs != tokens:
+                raise SystemExit(f"onnxruntime_genai's greedy tokens {theirs} differ from the loop's {tokens}")
+            report["onnxruntime_genai"] = True
     os.makedirs(a.out, exist_ok=True)
     np.save(os.path.join(a.out, "logits.npy"), logits)
     with open(os.path.join(a.out, "reference.json"), "w") as f:
-        json.dump({"prompt": prompt, "tokens": tokens, "min_margin": margin, "seed": seed}, f)
+        json.dump(report, f)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ transformers.js "decoder with past" layout, with seeded random weights, built
 with onnx.helper (no torch needed):
 
     tiny_decoder.py OUT.onnx [--layers 4] [--hidden 128] [--heads 4] [--kv-heads 2]
-                    [--ffn 256] [--vocab 1024] [--seed 0]
+                    [--ffn 256] [--vocab 1024] [--seed 0] [--int4]
 
 Inputs:  input_ids int64 [batch, seq], attention_mask int64 [batch, past + seq],
          position_ids int64 [batch, seq],
@@ -19,22 +19,43 @@ Concat); heads reshaped with targets computed by Shape → Gather → Unsqueeze 
 Concat; the KV cache grown by Concat; grouped-query heads repeated through
 Unsqueeze → Expand → Reshape; the causal mask built from Range, the padding
 mask and Where; eager attention (MatMul, scale, Add mask, Softmax, MatMul);
-a SiLU-gated MLP. A decode step (seq 1) is hundreds of small nodes, so it
+a SiLU-gated MLP. With --int4 the projections and the lm_head are com.microsoft
+MatMulNBits (4 bits, block 32, with zero points), as onnxruntime's weight-only
+quantizer writes them. A decode step (seq 1) is hundreds of small nodes, so it
 measures a runtime's per-node host cost: the benchmark of "Compiled schedules"
 (benches/ort_cpu.py --preset tiny_decoder).
 """
 
 import argparse
+import os
+import sys
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from tiny_genai_decoder import BLOCK, quantize_rows  # noqa: E402
+
+
 class Builder:
-    def __init__(self, seed):
+    def __init__(self, seed, int4=False):
         self.nodes, self.inits, self.n = [], [], 0
         self.rng = np.random.default_rng(seed)
+        self.int4 = int4
+
+    def matmul(self, x, shape, hint, outputs=1):
+        """x times a seeded [k, n] weight: MatMul, or MatMulNBits with --int4."""
+        k, n = shape
+        w = (self.rng.standard_normal(shape) / np.sqrt(k)).astype(np.float32)
+        if not self.int4:
+            return self.op("MatMul", [x, self.const(w, hint)], outputs=outputs)
+        packed, scale, zp = quantize_rows(w.T.copy())
+        return self.op("MatMulNBits", [x, self.const(packed.reshape(n, k // BLOCK, BLOCK // 2), hint),
+                                       self.const(scale.reshape(-1), hint + "_scales"),
+                                       self.const(zp.reshape(-1), hint + "_zp")],
+                       outputs=outputs, domain="com.microsoft", K=k, N=n, bits=4, block_size=BLOCK)
 
     def name(self, hint):
         self.n += 1
@@ -49,10 +70,10 @@ class Builder:
         scale = scale if scale is not None else 1.0 / np.sqrt(shape[0])
         return self.const((self.rng.standard_normal(shape) * scale).astype(np.float32), hint)
 
-    def op(self, op_type, inputs, outputs=1, **attrs):
+    def op(self, op_type, inputs, outputs=1, domain=None, **attrs):
         base = self.name(op_type)
         outs = [f"{base}_out{i}" for i in range(outputs)] if isinstance(outputs, int) else outputs
-        self.nodes.append(helper.make_node(op_type, inputs, outs, name=base, **attrs))
+        self.nodes.append(helper.make_node(op_type, inputs, outs, name=base, domain=domain, **attrs))
         return outs[0] if len(outs) == 1 else outs
 
     def dim(self, x, axis):
@@ -85,7 +106,7 @@ class Builder:
 
 
 def build(a):
-    b = Builder(a.seed)
+    b = Builder(a.seed, a.int4)
     head_dim = a.hidden // a.heads
     rep = a.heads // a.kv_heads
     inputs = [
@@ -131,10 +152,10 @@ def build(a):
     scale = b.const(np.float32(1.0 / np.sqrt(head_dim)))
     for i in range(a.layers):
         h = b.rms_norm(x, a.hidden)
-        q = b.heads(b.op("MatMul", [h, b.weight([a.hidden, a.hidden], "q_proj")]), batch, seq, a.heads, head_dim)
-        k = b.heads(b.op("MatMul", [h, b.weight([a.hidden, a.kv_heads * head_dim], "k_proj")]),
+        q = b.heads(b.matmul(h, [a.hidden, a.hidden], "q_proj"), batch, seq, a.heads, head_dim)
+        k = b.heads(b.matmul(h, [a.hidden, a.kv_heads * head_dim], "k_proj"),
                     batch, seq, a.kv_heads, head_dim)
-        v = b.heads(b.op("MatMul", [h, b.weight([a.hidden, a.kv_heads * head_dim], "v_proj")]),
+        v = b.heads(b.matmul(h, [a.hidden, a.kv_heads * head_dim], "v_proj"),
                     batch, seq, a.kv_heads, head_dim)
         q, k = b.rotate(q, cos, sin, head_dim), b.rotate(k, cos, sin, head_dim)
         k = b.op("Concat", [f"past_key_values.{i}.key", k], axis=2, outputs=[f"present.{i}.key"])
@@ -152,17 +173,18 @@ def build(a):
         probs = b.op("Softmax", [b.op("Add", [scores, mask])], axis=-1)
         ctx = b.op("Transpose", [b.op("MatMul", [probs, repeat(v)])], perm=[0, 2, 1, 3])
         ctx = b.op("Reshape", [ctx, b.op("Concat", [batch, seq, b.const(np.array([a.hidden], np.int64))], axis=0)])
-        x = b.op("Add", [x, b.op("MatMul", [ctx, b.weight([a.hidden, a.hidden], "o_proj")])])
+        x = b.op("Add", [x, b.matmul(ctx, [a.hidden, a.hidden], "o_proj")])
 
         h = b.rms_norm(x, a.hidden)
-        gate = b.op("MatMul", [h, b.weight([a.hidden, a.ffn], "gate_proj")])
-        up = b.op("MatMul", [h, b.weight([a.hidden, a.ffn], "up_proj")])
+        gate = b.matmul(h, [a.hidden, a.ffn], "gate_proj")
+        up = b.matmul(h, [a.hidden, a.ffn], "up_proj")
         act = b.op("Mul", [b.op("Mul", [gate, b.op("Sigmoid", [gate])]), up])
-        x = b.op("Add", [x, b.op("MatMul", [act, b.weight([a.ffn, a.hidden], "down_proj")])])
+        x = b.op("Add", [x, b.matmul(act, [a.ffn, a.hidden], "down_proj")])
 
-    b.op("MatMul", [b.rms_norm(x, a.hidden), b.weight([a.hidden, a.vocab], "lm_head")], outputs=["logits"])
+    b.matmul(b.rms_norm(x, a.hidden), [a.hidden, a.vocab], "lm_head", outputs=["logits"])
     graph = helper.make_graph(b.nodes, "tiny_decoder", inputs, outputs, b.inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="onyx-tiny-decoder")
+    opsets = [helper.make_opsetid("", 17)] + ([helper.make_opsetid("com.microsoft", 1)] if a.int4 else [])
+    model = helper.make_model(graph, opset_imports=opsets, producer_name="onyx-tiny-decoder")
     model.ir_version = 8
     onnx.checker.check_model(model)
     return model
@@ -178,6 +200,7 @@ def main():
     ap.add_argument("--ffn", type=int, default=256)
     ap.add_argument("--vocab", type=int, default=1024)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--int4", action="store_true")
     a = ap.parse_args()
     onnx.save(build(a), a.out)
 

@@ -71,6 +71,8 @@ kernels! {
     Attention => "attention.cu",
     /// Casts to and from float8, float8e8m0, float4 and the packed 4- and 2-bit integers.
     Cast => "cast.cu",
+    /// Weight-only quantized products: com.microsoft MatMulNBits.
+    Quant => "quant.cu",
 }
 
 #[cfg(test)]

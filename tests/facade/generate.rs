@@ -235,6 +235,10 @@ fn greedy_decoding_matches_onnxruntime_on_cuda() {
     let f = optimum_fp32();
     let Some(s) = cuda_session(&f.model) else { return };
     matches_onnxruntime_in(&f, &s, 1e-3);
+    // MatMulNBits runs on the device (strict: nothing falls back).
+    let f = optimum_int4();
+    let s = cuda_session(&f.model).expect("a CUDA session opened above");
+    matches_onnxruntime_in(&f, &s, 1e-3);
 }
 
 #[cfg(feature = "cuda")]

@@ -11,6 +11,7 @@ mod movement;
 mod nn;
 mod norm;
 mod pool;
+mod quant;
 mod reduce;
 mod resize;
 mod scan;
@@ -85,6 +86,7 @@ pub(crate) fn standard(cc: (i32, i32)) -> Registry {
     nn::register_all(&mut r);
     norm::register_all(&mut r);
     linalg::register_all(&mut r);
+    quant::register_all(&mut r);
     // attention.cu's tiles use sm_80 instructions (cp.async, bf16 mma),
     // and a module compiles whole: older GPUs run Attention on the CPU.
     if cc.0 >= 8 {

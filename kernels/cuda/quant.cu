@@ -1,0 +1,115 @@
+// com.microsoft MatMulNBits: Y[m, n] = sum_k A[m, k] * W[n, k] (+ bias[n]), with W
+// stored as BITS-bit integers (2, 4 or 8) in blocks of `block` along k.
+//
+// B is [N, k_blocks, block * BITS / 8] bytes, so row n of W is one contiguous
+// bit stream of k_blocks * block values, low bits first. scales are
+// [N, k_blocks] in A's dtype; zero points are packed BITS-bit integers
+// [N, ceil(k_blocks * BITS / 8)] bytes, or [N, k_blocks] in A's dtype, or
+// absent (2^(BITS-1)). w = (q - zero_point) * scale.
+//
+// One warp per output column and up to ROWS rows of A: each lane takes 8
+// consecutive weights (one 32-bit load at 4 bits), dequantizes them in
+// registers and multiplies them into every row it holds; the warp then sums
+// across lanes. The weights are read once per ROWS rows, so one token (m = 1)
+// is a GEMV that streams B once. Accumulation is in f32.
+#include "common.cuh"
+
+#define NBITS_ROWS 4
+#define NBITS_WARPS 4
+
+struct NBitsArgs {
+    i64 m;
+    i64 n;
+    i64 k;
+    i64 k_blocks;
+    int block;     // a multiple of 8
+    int zp_kind;   // 0: none, 1: packed BITS-bit bytes, 2: A's dtype
+    int has_bias;
+};
+
+// The 8 weights starting at element k0 of a row (k0 a multiple of 8), as integers.
+template <int BITS> __device__ __forceinline__ void load8(const u8* row, i64 k0, int* q);
+template <> __device__ __forceinline__ void load8<4>(const u8* row, i64 k0, int* q) {
+    u32 w = *(const u32*)(row + k0 / 2);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) q[j] = (w >> (4 * j)) & 15;
+}
+template <> __device__ __forceinline__ void load8<8>(const u8* row, i64 k0, int* q) {
+    uint2 w = *(const uint2*)(row + k0);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) { q[j] = (w.x >> (8 * j)) & 255; q[4 + j] = (w.y >> (8 * j)) & 255; }
+}
+template <> __device__ __forceinline__ void load8<2>(const u8* row, i64 k0, int* q) {
+    u32 w = *(const u16*)(row + k0 / 4);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) q[j] = (w >> (2 * j)) & 3;
+}
+
+template <typename T, int BITS>
+__device__ void matmul_nbits(NBitsArgs a, const T* x, const u8* b, const T* scales, const void* zp,
+                             const T* bias, T* y) {
+    const int lane = threadIdx.x & 31;
+    const i64 col = (i64)blockIdx.x * NBITS_WARPS + (threadIdx.x >> 5);
+    const i64 m0 = (i64)blockIdx.y * NBITS_ROWS;
+    if (col >= a.n) return;
+    const i64 row_bytes = a.k_blocks * a.block * BITS / 8;
+    const i64 zp_row = (a.k_blocks * BITS + 7) / 8;
+    const u8* w = b + col * row_bytes;
+    const int rows = (int)min((i64)NBITS_ROWS, a.m - m0);
+    float acc[NBITS_ROWS] = {0.f, 0.f, 0.f, 0.f};
+    for (i64 k0 = (i64)lane * 8; k0 < a.k; k0 += 256) {
+        const i64 blk = k0 / a.block;
+        const float scale = (float)ld(scales, col * a.k_blocks + blk);
+        float z = (float)(1 << (BITS - 1));
+        if (a.zp_kind == 1) {
+            const u8* zr = (const u8*)zp + col * zp_row;
+            const i64 bit = blk * BITS;
+            z = (float)((zr[bit / 8] >> (bit % 8)) & ((1 << BITS) - 1));
+        } else if (a.zp_kind == 2) {
+            z = (float)ld((const T*)zp, col * a.k_blocks + blk);
+        }
+        int q[8];
+        load8<BITS>(w, k0, q);
+        float wv[8];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) wv[j] = ((float)q[j] - z) * scale;
+        const int valid = (int)min((i64)8, a.k - k0);
+#pragma unroll
+        for (int r = 0; r < NBITS_ROWS; ++r) {
+            if (r < rows) {
+                const T* xr = x + (m0 + r) * a.k + k0;
+                float s = 0.f;
+                if (valid == 8) {
+#pragma unroll
+                    for (int j = 0; j < 8; ++j) s += (float)ld(xr, j) * wv[j];
+                } else {
+                    for (int j = 0; j < valid; ++j) s += (float)ld(xr, j) * wv[j];
+                }
+                acc[r] += s;
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < NBITS_ROWS; ++r) {
+        float v = acc[r];
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+        if (lane == 0 && r < rows) {
+            if (a.has_bias) v += (float)ld(bias, col);
+            st(y, (m0 + r) * a.n + col, v);
+        }
+    }
+}
+
+#define NBITS(T, S, BITS)                                                                           \
+    extern "C" __global__ void matmul_nbits##BITS##_##S(NBitsArgs a, const T* x, const u8* b,       \
+                                                        const T* scales, const void* zp,            \
+                                                        const T* bias, T* y) {                      \
+        matmul_nbits<T, BITS>(a, x, b, scales, zp, bias, y);                                        \
+    }
+
+#define NBITS_ALL(T, S) NBITS(T, S, 2) NBITS(T, S, 4) NBITS(T, S, 8)
+
+NBITS_ALL(float, f32)
+NBITS_ALL(f16, f16)
+NBITS_ALL(bf16, bf16)

@@ -1,6 +1,13 @@
-//! `com.microsoft` `MatMulNBits`: the weight is dequantized to f32 `[N, K]`
-//! (once, when the model compiles, if B, the scales and the zero points are
-//! initializers), then `Y = A · Wᵀ (+ bias)` runs through `gemm`.
+//! `com.microsoft` `MatMulNBits`: `Y = A · Wᵀ (+ bias)` with `W` stored in
+//! 2, 4 or 8 bits.
+//!
+//! When B, the scales and the zero points are initializers (and there is no
+//! `g_idx`), the weights stay packed: a few rows of A (a decode step) take a
+//! GEMV that dequantizes each row of W into a per-thread buffer and dots it
+//! with them; more rows (a prefill) dequantize W 256 rows at a time into a
+//! transient tile and run `gemm` on it. So the kernel holds no f32 copy of the
+//! weights, and the memory the session reports is what it holds. Otherwise
+//! the weight is dequantized whole on every run.
 
 use std::sync::Arc;
 
@@ -13,6 +20,8 @@ use onyx_core::tensor::Tensor;
 use super::super::attention::store;
 use super::super::{CpuKernel, KernelIo, KernelRegistry, unsupported_dtype};
 use super::{kernel_err, load_f32, load_opt, product};
+use crate::par::Loop;
+use rayon::prelude::*;
 
 /// Zero points: packed `bits`-bit integers along the blocks of each row, or floats.
 enum ZeroPoints<'a> {
@@ -85,34 +94,100 @@ fn dequantize(
     Ok(w)
 }
 
-/// The dequantized weight from host tensors (B, scales, zero points, g_idx).
-fn weight_from_tensors(
-    op: &MatMulNBits,
-    b: &Tensor,
-    scales: &Tensor,
-    zp: Option<&Tensor>,
-    g_idx: Option<&Tensor>,
-) -> Result<Vec<f32>, EpError> {
-    let err = |e: onyx_core::error::TensorError| kernel_err(e.to_string());
-    let scales: Vec<f32> =
-        scales.to_f64_vec().map_err(err)?.into_iter().map(|v| v as f32).collect();
-    let zf: Option<Vec<f32>>;
-    let zp = match zp {
-        None => None,
-        Some(z) if z.dtype() == DType::U8 => Some(ZeroPoints::Packed(z.bytes().map_err(err)?)),
-        Some(z) => {
-            zf = Some(z.to_f64_vec().map_err(err)?.into_iter().map(|v| v as f32).collect());
-            zf.as_deref().map(ZeroPoints::Float)
+/// Rows of A up to which a product is a GEMV over the packed weights.
+const GEMV_ROWS: usize = 4;
+/// Rows of W dequantized at a time for a GEMM.
+const TILE: usize = 256;
+
+/// Zero points held by the kernel.
+enum OwnedZeroPoints {
+    Packed(Vec<u8>),
+    Float(Vec<f32>),
+}
+
+/// Constant weights kept as the model stores them (validated once).
+struct Packed {
+    b: Vec<u8>,
+    scales: Vec<f32>,
+    zp: Option<OwnedZeroPoints>,
+}
+
+impl Packed {
+    fn new(
+        op: &MatMulNBits,
+        b: &Tensor,
+        scales: &Tensor,
+        zp: Option<&Tensor>,
+    ) -> Result<Packed, EpError> {
+        let err = |e: onyx_core::error::TensorError| kernel_err(e.to_string());
+        let (n, kb, bits) = (op.n, op.k_blocks(), op.bits);
+        let scales: Vec<f32> =
+            scales.to_f64_vec().map_err(err)?.into_iter().map(|v| v as f32).collect();
+        let zp = match zp {
+            None => None,
+            Some(z) if z.dtype() == DType::U8 => {
+                Some(OwnedZeroPoints::Packed(z.bytes().map_err(err)?.to_vec()))
+            }
+            Some(z) => Some(OwnedZeroPoints::Float(
+                z.to_f64_vec().map_err(err)?.into_iter().map(|v| v as f32).collect(),
+            )),
+        };
+        let b = b.bytes().map_err(err)?.to_vec();
+        let zp_ok = match &zp {
+            None => true,
+            Some(OwnedZeroPoints::Packed(z)) => z.len() == n * (kb * bits).div_ceil(8),
+            Some(OwnedZeroPoints::Float(z)) => z.len() == n * kb,
+        };
+        if b.len() != n * kb * op.blob_size() || scales.len() != n * kb || !zp_ok {
+            return Err(kernel_err(format!(
+                "MatMulNBits: B of {} bytes, {} scales or the zero points do not fit N {n}, K {}, {bits} bits, blocks of {}",
+                b.len(),
+                scales.len(),
+                op.k,
+                op.block_size
+            )));
         }
-    };
-    let g: Option<Vec<i32>> = g_idx.map(|g| g.to_vec::<i32>()).transpose().map_err(err)?;
-    dequantize(op, b.bytes().map_err(err)?, &scales, zp, g.as_deref())
+        Ok(Packed { b, scales, zp })
+    }
+
+    /// Row `row` of W (`K` values) into `out`.
+    fn row(&self, op: &MatMulNBits, row: usize, out: &mut [f32]) {
+        let (k, bits, kb, block) = (op.k, op.bits, op.k_blocks(), op.block_size);
+        let row_bytes = kb * op.blob_size();
+        let bytes = &self.b[row * row_bytes..(row + 1) * row_bytes];
+        let zp_row = (kb * bits).div_ceil(8);
+        let default_zp = f32::from(1u8 << (bits - 1));
+        for blk in 0..kb {
+            let s = self.scales[row * kb + blk];
+            let z = match &self.zp {
+                None => default_zp,
+                Some(OwnedZeroPoints::Packed(z)) => {
+                    f32::from(packed(&z[row * zp_row..], blk, bits))
+                }
+                Some(OwnedZeroPoints::Float(z)) => z[row * kb + blk],
+            };
+            let (start, end) = (blk * block, ((blk + 1) * block).min(k));
+            if bits == 4 {
+                for (j, o) in out[start..end].chunks_mut(2).enumerate() {
+                    let byte = bytes[(start / 2) + j];
+                    o[0] = (f32::from(byte & 15) - z) * s;
+                    if let Some(hi) = o.get_mut(1) {
+                        *hi = (f32::from(byte >> 4) - z) * s;
+                    }
+                }
+            } else {
+                for (kk, o) in out[start..end].iter_mut().enumerate() {
+                    *o = (f32::from(packed(bytes, start + kk, bits)) - z) * s;
+                }
+            }
+        }
+    }
 }
 
 struct NBitsKernel {
     op: MatMulNBits,
-    /// The weight `[N, K]`, dequantized when the model compiled.
-    weight: Option<Arc<Vec<f32>>>,
+    /// The constant weights, still packed.
+    packed: Option<Arc<Packed>>,
 }
 
 impl NBitsKernel {
@@ -132,21 +207,60 @@ impl NBitsKernel {
     }
 }
 
+impl NBitsKernel {
+    /// `y = a · Wᵀ` for `m ≤ GEMV_ROWS` rows: each column of `y` from one
+    /// dequantized row of W, in parallel over the columns.
+    fn gemv(&self, p: &Packed, a: &[f32], m: usize, y: &mut [f32]) {
+        let (n, k) = (self.op.n, self.op.k);
+        let mut cols = vec![0f32; n * m];
+        cols.par_chunks_mut(m.max(1)).enumerate().each_init(
+            || vec![0f32; k],
+            |w, (col, out)| {
+                p.row(&self.op, col, w);
+                for (r, o) in out.iter_mut().enumerate() {
+                    let x = &a[r * k..(r + 1) * k];
+                    *o = x.iter().zip(w.iter()).map(|(x, w)| x * w).sum();
+                }
+            },
+        );
+        for (col, c) in cols.chunks(m.max(1)).enumerate() {
+            for (r, v) in c.iter().enumerate() {
+                y[r * n + col] = *v;
+            }
+        }
+    }
+
+    /// `y = a · Wᵀ` through `gemm`, W dequantized `TILE` rows at a time.
+    fn tiled(&self, p: &Packed, a: &[f32], m: usize, y: &mut [f32]) -> Result<(), EpError> {
+        let (n, k) = (self.op.n, self.op.k);
+        let mut w = vec![0f32; TILE.min(n) * k];
+        let mut part = vec![0f32; m * TILE.min(n)];
+        for c0 in (0..n).step_by(TILE) {
+            let cols = TILE.min(n - c0);
+            w[..cols * k]
+                .par_chunks_mut(k.max(1))
+                .enumerate()
+                .each(|(i, row)| p.row(&self.op, c0 + i, row));
+            product(&mut part, a, &w[..cols * k], (m, cols, k), true, 1.0)?;
+            for r in 0..m {
+                y[r * n + c0..r * n + c0 + cols].copy_from_slice(&part[r * cols..(r + 1) * cols]);
+            }
+        }
+        Ok(())
+    }
+}
+
 impl CpuKernel for NBitsKernel {
     fn run(&self, io: &mut KernelIo) -> Result<(), EpError> {
         let (n, k) = (self.op.n, self.op.k);
         let a = load_f32(io, 0)?;
-        let m = a.len() / k;
-        let fresh;
-        let w = match &self.weight {
-            Some(w) => w.as_slice(),
-            None => {
-                fresh = self.weight(io)?;
-                &fresh
-            }
-        };
+        let m = a.len().checked_div(k).unwrap_or(0);
         let mut y = vec![0f32; m * n];
-        product(&mut y, &a, w, (m, n, k), true, 1.0)?;
+        match &self.packed {
+            Some(p) if m <= GEMV_ROWS => self.gemv(p, &a, m, &mut y),
+            Some(p) => self.tiled(p, &a, m, &mut y)?,
+            None => product(&mut y, &a, &self.weight(io)?, (m, n, k), true, 1.0)?,
+        }
         if let Some(bias) = load_opt(io, 5)? {
             if bias.len() != n {
                 return Err(kernel_err(format!("MatMulNBits: bias of {} for N {n}", bias.len())));
@@ -166,13 +280,11 @@ fn build(s: &KernelSpec<'_>) -> Result<Box<dyn CpuKernel>, EpError> {
     let value = |i: usize| s.input_values.get(i).and_then(Option::as_ref);
     let given = |i: usize| s.input_dtypes.get(i).is_some_and(Option::is_some);
     let constant = (1..5).all(|i| !given(i) || value(i).is_some());
-    let weight = match (constant, value(1), value(2)) {
-        (true, Some(b), Some(scales)) => {
-            Some(Arc::new(weight_from_tensors(&op, b, scales, value(3), value(4))?))
-        }
+    let packed = match (constant && !given(4), value(1), value(2)) {
+        (true, Some(b), Some(scales)) => Some(Arc::new(Packed::new(&op, b, scales, value(3))?)),
         _ => None,
     };
-    Ok(Box::new(NBitsKernel { op, weight }))
+    Ok(Box::new(NBitsKernel { op, packed }))
 }
 
 /// Registers `MatMulNBits` in `com.microsoft`.
@@ -194,5 +306,43 @@ mod tests {
         let w = dequantize(&op, &b, &[0.5], Some(ZeroPoints::Packed(&[0x01])), None).unwrap();
         assert_eq!(w, vec![0.0, 0.5, 1.0]);
         assert!(dequantize(&op, &b[..4], &[0.5], None, None).is_err());
+    }
+
+    #[test]
+    fn packed_products_equal_the_dequantized_weight_times_a() {
+        // N 300 spans two tiles; K 40 ends in a partial block of 16.
+        let (n, k) = (300, 40);
+        for bits in [2, 4, 8] {
+            let op = MatMulNBits { k, n, bits, block_size: 16 };
+            let kb = op.k_blocks();
+            let bytes: Vec<u8> =
+                (0..n * kb * op.blob_size()).map(|i| (i * 97 % 251) as u8).collect();
+            let scales: Vec<f32> = (0..n * kb).map(|i| 0.01 + (i % 7) as f32 * 0.003).collect();
+            let zp: Vec<u8> =
+                (0..n * (kb * bits).div_ceil(8)).map(|i| (i * 31 % 256) as u8).collect();
+            let tensor = |v: Vec<u8>| Tensor::from_vec(vec![v.len()], v).unwrap();
+            let p = Packed::new(
+                &op,
+                &tensor(bytes.clone()),
+                &Tensor::from_vec(vec![n * kb], scales.clone()).unwrap(),
+                Some(&tensor(zp.clone())),
+            )
+            .unwrap();
+            let w = dequantize(&op, &bytes, &scales, Some(ZeroPoints::Packed(&zp)), None).unwrap();
+            let kernel = NBitsKernel { op: op.clone(), packed: None };
+            for m in [1, 3, 6] {
+                let a: Vec<f32> = (0..m * k).map(|i| ((i * 13) % 17) as f32 * 0.1 - 0.8).collect();
+                let mut want = vec![0f32; m * n];
+                product(&mut want, &a, &w, (m, n, k), true, 1.0).unwrap();
+                let mut got = vec![0f32; m * n];
+                if m <= GEMV_ROWS {
+                    kernel.gemv(&p, &a, m, &mut got);
+                } else {
+                    kernel.tiled(&p, &a, m, &mut got).unwrap();
+                }
+                let err = got.iter().zip(&want).map(|(g, w)| (g - w).abs()).fold(0f32, f32::max);
+                assert!(err < 1e-4, "{bits} bits, {m} rows: {err}");
+            }
+        }
     }
 }

@@ -36,7 +36,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from tiny_genai_decoder import BLOCK, quantize_rows  # noqa: E402
+from int4 import matmul_nbits  # noqa: E402
 
 
 class Builder:
@@ -51,11 +51,7 @@ class Builder:
         w = (self.rng.standard_normal(shape) / np.sqrt(k)).astype(np.float32)
         if not self.int4:
             return self.op("MatMul", [x, self.const(w, hint)], outputs=outputs)
-        packed, scale, zp = quantize_rows(w.T.copy())
-        return self.op("MatMulNBits", [x, self.const(packed.reshape(n, k // BLOCK, BLOCK // 2), hint),
-                                       self.const(scale.reshape(-1), hint + "_scales"),
-                                       self.const(zp.reshape(-1), hint + "_zp")],
-                       outputs=outputs, domain="com.microsoft", K=k, N=n, bits=4, block_size=BLOCK)
+        return matmul_nbits(self, x, w, hint, outputs=outputs)
 
     def name(self, hint):
         self.n += 1

@@ -25,62 +25,25 @@ writes for `-p int4`; otherwise they are MatMul and Gather in float32.
 import argparse
 import json
 import os
+import sys
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
-BLOCK = 32
-
-
-def quantize_rows(w, block=BLOCK):
-    """Rows of w [n, k] in 4-bit blocks along k: packed data [n, k/2] (low nibble
-    first), scales [n, k/block], packed zero points [n, ceil(k/block / 2)]."""
-    n, k = w.shape
-    blocks = w.reshape(n, k // block, block)
-    lo, hi = np.minimum(blocks.min(-1), 0), np.maximum(blocks.max(-1), 0)
-    scale = np.where(hi > lo, (hi - lo) / 15, 1.0).astype(np.float32)
-    zp = np.clip(np.round(-lo / scale), 0, 15).astype(np.uint8)
-    q = np.clip(np.round(blocks / scale[..., None]) + zp[..., None], 0, 15).astype(np.uint8).reshape(n, k)
-    packed = (q[:, 0::2] | (q[:, 1::2] << 4)).astype(np.uint8)
-    nb = k // block
-    zpad = np.zeros((n, nb + nb % 2), np.uint8)
-    zpad[:, :nb] = zp
-    zpacked = (zpad[:, 0::2] | (zpad[:, 1::2] << 4)).astype(np.uint8)
-    return packed, scale, zpacked
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from int4 import BLOCK, matmul_nbits, quantize_rows  # noqa: E402
+from tiny_decoder import Builder as Base  # noqa: E402
 
 
-class Builder:
-    def __init__(self, seed, int4):
-        self.nodes, self.inits, self.n = [], [], 0
-        self.rng = np.random.default_rng(seed)
-        self.int4 = int4
-
-    def name(self, hint):
-        self.n += 1
-        return f"/model/{hint}_{self.n}"
-
-    def const(self, value, hint="c"):
-        name = self.name(hint)
-        self.inits.append(numpy_helper.from_array(np.asarray(value), name))
-        return name
-
-    def op(self, op_type, inputs, outputs=1, domain=None, **attrs):
-        base = self.name(op_type)
-        outs = [f"{base}/output_{i}" for i in range(outputs)] if isinstance(outputs, int) else outputs
-        self.nodes.append(helper.make_node(op_type, inputs, outs, name=base, domain=domain, **attrs))
-        return outs[0] if len(outs) == 1 else outs
+class Builder(Base):
+    """tiny_decoder's builder, with biased projections and norm weights."""
 
     def linear(self, x, k, n, hint, bias=False, outputs=1):
         """x [.., k] times a [k, n] weight (MatMulNBits with --int4), plus a bias."""
         w = (self.rng.standard_normal((k, n)) / np.sqrt(k)).astype(np.float32)
         if self.int4:
-            packed, scale, zp = quantize_rows(w.T.copy())
-            y = self.op("MatMulNBits", [x, self.const(packed.reshape(n, k // BLOCK, BLOCK // 2), hint),
-                                        self.const(scale.reshape(-1), hint + "_scales"),
-                                        self.const(zp.reshape(-1), hint + "_zp")],
-                        outputs=outputs if not bias else 1, domain="com.microsoft", K=k, N=n, bits=4,
-                        block_size=BLOCK, accuracy_level=4)
+            y = matmul_nbits(self, x, w, hint, outputs=outputs if not bias else 1, accuracy_level=4)
         else:
             y = self.op("MatMul", [x, self.const(w, hint)], outputs=outputs if not bias else 1)
         if bias:

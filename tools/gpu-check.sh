@@ -36,7 +36,7 @@ build() {
     # feature set (a plain `cargo build` unifies without the dev-dependencies
     # and would compile the workspace twice); it builds the CLI too.
     cargo test --release --features cuda -p onyx-cli -p onyx --test concurrency --test cuda \
-        --test generate --no-run --message-format=json > "$tmp/build.json"
+        --test generation --no-run --message-format=json > "$tmp/build.json"
     cp target/release/onyx "$tmp/onyx"
     # Each test binary's path, from cargo's report.
     test_bin() {
@@ -44,7 +44,7 @@ build() {
     }
     cp "$(test_bin concurrency)" "$tmp/concurrency"
     cp "$(test_bin cuda)" "$tmp/cuda_tests"
-    cp "$(test_bin generate)" "$tmp/generate_tests"
+    cp "$(test_bin generation)" "$tmp/generate_tests"
     rm "$tmp/build.json"
     strip "$tmp"/*
     # Only the tarball is carried (the device tool takes 64 MiB a call).

@@ -46,7 +46,7 @@ fn prompt_ids(a: &GenerateArgs, tok: Option<&Tokenizer>) -> Result<Vec<i64>> {
             let enc = t.encode(text.as_str(), true).map_err(|e| anyhow::anyhow!("{e}"))?;
             Ok(enc.get_ids().iter().map(|&i| i as i64).collect())
         }
-        (None, Some(_), None) => unreachable!("a tokenizer is required with --prompt"),
+        (None, Some(_), None) => bail!("--prompt needs a tokenizer"),
         _ => bail!("give exactly one of --prompt-ids and --prompt"),
     }
 }

@@ -204,6 +204,13 @@ impl Gpu {
                 "a gather index was out of range on the GPU; the run's results are invalid".into(),
             ));
         }
+        if raised & 2 != 0 {
+            return Err(EpError::Kernel(
+                "a KV cache length (seqlens_k) or a rotary position was outside the cache \
+                 buffers on the GPU; the run's results are invalid"
+                    .into(),
+            ));
+        }
         Ok(())
     }
 

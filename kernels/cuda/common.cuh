@@ -66,6 +66,7 @@ template <> __device__ __forceinline__ bf16 from_f32<bf16>(float v) { bf16 h; h.
 // the provider reads and clears it after synchronizing and fails the run.
 __device__ unsigned int onyx_fault;
 #define FAULT_INDEX 1u
+#define FAULT_CACHE 2u  // a KV cache length or position outside its buffers
 __device__ __forceinline__ void raise_fault(unsigned int bit) { atomicOr(&onyx_fault, bit); }
 
 // The flat index of one thread and the stride of a grid-stride loop.

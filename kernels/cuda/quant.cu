@@ -1,3 +1,5 @@
+// Weight-only quantized kernels: MatMulNBits, then GatherBlockQuantized (below).
+//
 // com.microsoft MatMulNBits: Y[m, n] = sum_k A[m, k] * W[n, k] (+ bias[n]), with W
 // stored as BITS-bit integers (2, 4 or 8) in blocks of `block` along k.
 //
@@ -113,3 +115,83 @@ __device__ void matmul_nbits(NBitsArgs a, const T* x, const u8* b, const T* scal
 NBITS_ALL(float, f32)
 NBITS_ALL(f16, f16)
 NBITS_ALL(bf16, bf16)
+
+// ---------------------------------------------------------------- GatherBlockQuantized
+
+// com.microsoft GatherBlockQuantized: Gather(dequant(data), indices) along
+// `gather_axis`, dequantizing only the gathered rows: (q - zero_point) ·
+// scale with a scale (and zero point) per block of `block` elements along
+// `quantize_axis`. data is int4/uint4 (two values a byte over the whole
+// tensor, low nibble first) or uint8 holding 8 / BITS values a byte along the
+// last axis (each row padded to whole bytes); zero points are packed the
+// same way as data, or absent (2^(BITS-1) for uint8, 0 for int4/uint4).
+// One thread per output element. An index outside the axis gives zeros
+// (negative ones count from the end), as onnxruntime.
+
+#define GBQ_MAX_RANK 8
+
+struct GbqArgs {
+    i64 numel;             // output elements
+    i64 count;             // indices
+    i64 axis;              // the gathered axis's extent
+    i64 inner;             // elements after the gathered axis
+    i64 row, zp_row;       // logical values per row of data and of the zero points (uint8 packing)
+    i64 dims[GBQ_MAX_RANK];    // data's logical shape
+    i64 sstride[GBQ_MAX_RANK]; // the scales' strides (the quantized axis counts blocks)
+    int rank;
+    int qaxis;
+    int block;
+    int kind;      // 0: uint8 of `bits`, 1: uint4, 2: int4
+    int bits;
+    int has_zp;
+    int idx64;
+};
+
+// Value i of packed quantized data (row: logical values per uint8 row).
+__device__ __forceinline__ int gbq_value(const u8* p, int kind, int bits, i64 row, i64 i) {
+    if (kind == 0) {
+        const int per = 8 / bits;
+        const i64 row_bytes = (row + per - 1) / per;
+        const i64 r = i / row, c = i % row;
+        return (p[r * row_bytes + c / per] >> ((c % per) * bits)) & ((1 << bits) - 1);
+    }
+    const int v = (p[i >> 1] >> ((i & 1) * 4)) & 15;
+    return kind == 2 && v >= 8 ? v - 16 : v;
+}
+
+template <typename T>
+__device__ void gather_block(GbqArgs a, const u8* data, const void* idx, const T* scales, const u8* zp, T* y) {
+    for (i64 e = thread_index(); e < a.numel; e += grid_stride()) {
+        const i64 j = e % a.inner;
+        const i64 m = (e / a.inner) % a.count;
+        const i64 o = e / (a.inner * a.count);
+        i64 ix = a.idx64 ? ((const i64*)idx)[m] : (i64)((const int*)idx)[m];
+        if (ix < 0) ix += a.axis;
+        if (ix < 0 || ix >= a.axis) {
+            st(y, e, 0.f);
+            continue;
+        }
+        const i64 src = (o * a.axis + ix) * a.inner + j;
+        // The scale's index: src's coordinates, the quantized one divided by the block.
+        i64 rest = src, si = 0;
+        for (int d = a.rank - 1; d >= 0; --d) {
+            const i64 c = rest % a.dims[d];
+            rest /= a.dims[d];
+            si += (d == a.qaxis ? c / a.block : c) * a.sstride[d];
+        }
+        const int z = a.has_zp ? gbq_value(zp, a.kind, a.bits, a.zp_row, si)
+                               : (a.kind == 0 ? 1 << (a.bits - 1) : 0);
+        const int q = gbq_value(data, a.kind, a.bits, a.row, src);
+        st(y, e, (float)(q - z) * (float)ld(scales, si));
+    }
+}
+
+#define GBQ(T, S)                                                                                   \
+    extern "C" __global__ void gather_block_##S(GbqArgs a, const u8* data, const void* idx,       \
+                                                const T* scales, const u8* zp, T* y) {             \
+        gather_block<T>(a, data, idx, scales, zp, y);                                               \
+    }
+
+GBQ(float, f32)
+GBQ(f16, f16)
+GBQ(bf16, bf16)

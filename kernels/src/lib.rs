@@ -71,8 +71,10 @@ kernels! {
     Attention => "attention.cu",
     /// Casts to and from float8, float8e8m0, float4 and the packed 4- and 2-bit integers.
     Cast => "cast.cu",
-    /// Weight-only quantized products: com.microsoft MatMulNBits.
+    /// Weight-only quantized weights: com.microsoft MatMulNBits and GatherBlockQuantized.
     Quant => "quant.cu",
+    /// Decoders' attention against a KV cache: com.microsoft GroupQueryAttention.
+    Decoder => "decoder.cu",
 }
 
 #[cfg(test)]

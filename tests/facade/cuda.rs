@@ -4,6 +4,8 @@
 //! `ONYX_REQUIRE_CUDA=1` to make a missing GPU a failure instead.
 
 mod common;
+#[path = "cuda/decoder.rs"]
+mod decoder;
 #[path = "cuda/graphs.rs"]
 mod graphs;
 #[path = "cuda/ops.rs"]

@@ -239,6 +239,14 @@ fn greedy_decoding_matches_onnxruntime_on_cuda() {
     let f = optimum_int4();
     let s = cuda_session(&f.model).expect("a CUDA session opened above");
     matches_onnxruntime_in(&f, &s, 1e-3);
+    // The genai layout: GroupQueryAttention (rotary inside, seqlens_k on the
+    // device), SkipSimplifiedLayerNormalization, and in int4 the
+    // GatherBlockQuantized embedding.
+    for int4 in [false, true] {
+        let f = genai(int4);
+        let s = cuda_session(&f.model).expect("a CUDA session opened above");
+        matches_onnxruntime_in(&f, &s, 1e-3);
+    }
 }
 
 #[cfg(feature = "cuda")]

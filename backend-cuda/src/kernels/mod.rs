@@ -5,6 +5,7 @@ mod attention;
 mod conv;
 mod elementwise;
 mod generate;
+mod gqa;
 mod indexing;
 mod linalg;
 mod movement;
@@ -87,6 +88,7 @@ pub(crate) fn standard(cc: (i32, i32)) -> Registry {
     norm::register_all(&mut r);
     linalg::register_all(&mut r);
     quant::register_all(&mut r);
+    gqa::register_all(&mut r);
     // attention.cu's tiles use sm_80 instructions (cp.async, bf16 mma),
     // and a module compiles whole: older GPUs run Attention on the CPU.
     if cc.0 >= 8 {

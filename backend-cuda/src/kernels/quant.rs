@@ -1,17 +1,19 @@
-//! com.microsoft `MatMulNBits` on the device: `matmul_nbits{bits}_T` in
-//! quant.cu, which dequantizes in registers, so the weights stay 2, 4 or
-//! 8 bits wide in memory and one token's product streams them once.
-//! `g_idx` (act-order) is not taken: those models run the op on the CPU.
+//! com.microsoft `MatMulNBits` and `GatherBlockQuantized` on the device
+//! (quant.cu). `matmul_nbits{bits}_T` dequantizes in registers, so the
+//! weights stay 2, 4 or 8 bits wide in memory and one token's product
+//! streams them once; `g_idx` (act-order) is not taken: those models run the
+//! op on the CPU. `gather_block_T` dequantizes only the gathered rows of a
+//! quantized embedding, reading the indices on the device.
 
 use cudarc::driver::LaunchConfig;
 use onyx_core::dtype::DType;
 use onyx_core::ep::{EpError, KernelSpec};
 use onyx_core::graph::MICROSOFT_DOMAIN;
-use onyx_core::ops::microsoft::quant::MatMulNBits;
+use onyx_core::ops::microsoft::quant::{GatherBlockQuantized, MatMulNBits};
 use onyx_kernels::Kernel;
 
 use super::elementwise::entry;
-use super::{CudaKernel, Io, Registry, unsupported};
+use super::{CudaKernel, Io, MAX_RANK, Registry, strides, unsupported};
 use crate::gpu::{Args, Gpu};
 
 /// Rows of A per warp (`NBITS_ROWS` in quant.cu).
@@ -143,7 +145,177 @@ fn build(spec: &KernelSpec<'_>) -> Result<Box<dyn CudaKernel>, EpError> {
     Ok(Box::new(NBitsKernel { op, name, dtype }))
 }
 
-/// Registers `MatMulNBits` in `com.microsoft`.
+/// `GbqArgs` in quant.cu.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default)]
+struct GbqArgs {
+    numel: i64,
+    count: i64,
+    axis: i64,
+    inner: i64,
+    row: i64,
+    zp_row: i64,
+    dims: [i64; MAX_RANK],
+    sstride: [i64; MAX_RANK],
+    rank: i32,
+    qaxis: i32,
+    block: i32,
+    kind: i32,
+    bits: i32,
+    has_zp: i32,
+    idx64: i32,
+}
+
+// SAFETY: plain `#[repr(C)]` data matching `struct GbqArgs` in quant.cu.
+unsafe impl cudarc::driver::DeviceRepr for GbqArgs {}
+
+struct GbqKernel {
+    op: GatherBlockQuantized,
+    name: &'static str,
+}
+
+fn gbq_err(msg: String) -> EpError {
+    EpError::Kernel(format!("GatherBlockQuantized: {msg}"))
+}
+
+/// Bytes of `shape` (logical values) stored as `dtype`: uint8 rows of
+/// `8 / bits` values a byte, or int4/uint4 two a byte over the whole tensor.
+fn packed_len(shape: &[usize], dtype: DType, bits: usize) -> usize {
+    let n: usize = shape.iter().product();
+    match (dtype, shape.last()) {
+        (DType::U8, Some(&row)) if row > 0 => n / row * row.div_ceil(8 / bits),
+        (DType::U8, _) => 0,
+        _ => n.div_ceil(2),
+    }
+}
+
+impl CudaKernel for GbqKernel {
+    fn launch(&self, gpu: &Gpu, io: &Io<'_>) -> Result<(), EpError> {
+        let (op, data) = (&self.op, io.input(0)?);
+        let dtype = data.dtype;
+        let shape = op.logical_shape(dtype, &data.shape);
+        let rank = shape.len();
+        if rank > MAX_RANK {
+            return Err(EpError::Unsupported(format!(
+                "GatherBlockQuantized of rank {rank} on CUDA (at most {MAX_RANK})"
+            )));
+        }
+        let (ga, qa) = op.axes(rank).map_err(|e| gbq_err(e.to_string()))?;
+        let bits = if dtype == DType::U8 { op.bits } else { 4 };
+        let mut sshape = shape.clone();
+        sshape[qa] = shape[qa].div_ceil(op.block_size);
+        let scales = io.input(2)?;
+        if scales.shape != sshape {
+            return Err(gbq_err(format!(
+                "scales {:?} for data {shape:?} in blocks of {} along axis {qa}",
+                scales.shape, op.block_size
+            )));
+        }
+        if data.buffer.size < packed_len(&shape, dtype, bits) as u64 {
+            return Err(gbq_err(format!("data {:?} of {dtype}", data.shape)));
+        }
+        let has_zp = io.has_input(3);
+        if has_zp {
+            let zp = io.input(3)?;
+            let mut want = sshape.clone();
+            if dtype == DType::U8 {
+                let last = want.last_mut().expect("rank checked by axes");
+                *last = (*last * bits).div_ceil(8);
+            }
+            if zp.shape != want || zp.dtype != dtype {
+                return Err(gbq_err(format!(
+                    "zero points {:?} of {}, expected {want:?} of {dtype}",
+                    zp.shape, zp.dtype
+                )));
+            }
+        }
+        let idx = io.input(1)?;
+        let y = io.output(0)?;
+        let inner: usize = shape[ga + 1..].iter().product();
+        let outer: usize = shape[..ga].iter().product();
+        if y.numel() != outer * idx.numel() * inner || y.dtype != scales.dtype {
+            return Err(gbq_err(format!("output {:?} for {} indices", y.shape, idx.numel())));
+        }
+        if y.numel() == 0 {
+            return Ok(());
+        }
+        let mut args = GbqArgs {
+            numel: y.numel() as i64,
+            count: idx.numel() as i64,
+            axis: shape[ga] as i64,
+            inner: inner as i64,
+            row: *shape.last().unwrap_or(&1) as i64,
+            zp_row: *sshape.last().unwrap_or(&1) as i64,
+            rank: rank as i32,
+            qaxis: qa as i32,
+            block: i32::try_from(op.block_size)
+                .map_err(|_| gbq_err(format!("block size {}", op.block_size)))?,
+            kind: match dtype {
+                DType::U8 => 0,
+                DType::U4 => 1,
+                _ => 2,
+            },
+            bits: bits as i32,
+            has_zp: has_zp.into(),
+            idx64: i32::from(idx.dtype == DType::I64),
+            ..Default::default()
+        };
+        for (d, (&n, &s)) in shape.iter().zip(&strides(&sshape)).enumerate() {
+            args.dims[d] = n as i64;
+            args.sstride[d] = s as i64;
+        }
+        let f = gpu.function(Kernel::Quant, self.name)?;
+        let zp = if has_zp { io.in_ptr(3)? } else { 0 };
+        let launch = Args::new()
+            .push(args)
+            .push(io.in_ptr(0)?)
+            .push(io.in_ptr(1)?)
+            .push(io.in_ptr(2)?)
+            .push(zp)
+            .push(io.out_ptr(0)?);
+        // SAFETY: matches `gather_block_T(GbqArgs, const u8* data, const void*
+        // idx, const T* scales, const u8* zp, T* y)`. data holds the packed
+        // logical shape `dims` (its bytes checked above), scales the block
+        // shape whose strides are `sstride`, zero points that shape packed as
+        // data when has_zp, idx `count` int32s or int64s (idx64), and y
+        // `numel` = outer × count × inner elements of T; indices outside the
+        // axis write zeros and read nothing.
+        unsafe { launch.launch(gpu, &f, gpu.grid(y.numel() as u64)) }
+    }
+}
+
+fn build_gbq(spec: &KernelSpec<'_>) -> Result<Box<dyn CudaKernel>, EpError> {
+    let op = spec.op_as::<GatherBlockQuantized>()?.clone();
+    let data = spec.input_dtype(0)?;
+    if !matches!(data, DType::U8 | DType::U4 | DType::I4) {
+        return Err(unsupported("GatherBlockQuantized", data));
+    }
+    let scales = spec.input_dtype(2)?;
+    if !matches!(scales, DType::F32 | DType::F16 | DType::BF16) {
+        return Err(unsupported("GatherBlockQuantized scales", scales));
+    }
+    if !matches!(spec.input_dtype(1)?, DType::I32 | DType::I64) {
+        return Err(unsupported("GatherBlockQuantized indices", spec.input_dtype(1)?));
+    }
+    Ok(Box::new(GbqKernel { op, name: entry("gather_block", scales)? }))
+}
+
+/// Registers `MatMulNBits` and `GatherBlockQuantized` in `com.microsoft`.
 pub(crate) fn register_all(r: &mut Registry) {
     r.register_in(MICROSOFT_DOMAIN, "MatMulNBits", build);
+    r.register_in(MICROSOFT_DOMAIN, "GatherBlockQuantized", build_gbq);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn packed_data_takes_whole_bytes_per_uint8_row_and_per_int4_tensor() {
+        // Rows of 5 4-bit values take 3 bytes each; int4 packs across rows.
+        assert_eq!(packed_len(&[4, 5], DType::U8, 4), 12);
+        assert_eq!(packed_len(&[4, 5], DType::U8, 2), 8);
+        assert_eq!(packed_len(&[4, 5], DType::I4, 4), 10);
+        assert_eq!(packed_len(&[3, 3], DType::U4, 4), 5);
+    }
 }

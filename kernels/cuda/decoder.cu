@@ -1,0 +1,253 @@
+// com.microsoft GroupQueryAttention: decoders' attention against a KV cache,
+// with fewer key/value heads than query heads, rotary embedding of queries
+// and keys, and the per-batch-entry cache length read on the device
+// (`seqlens_k`), so no launch needs a host copy of it.
+//
+// Batch entry b has T_b = seqlens_k[b] + 1 keys; its S new tokens sit at
+// rows P_b .. P_b + S of the present buffers (P_b = T_b - S, or 0 on a first
+// prompt). Two launches per call:
+// - `gqa_kv_*`: one thread per element of present_key and present_value
+//   ([B, KV, L, H]): past rows copied (unless past and present are one
+//   buffer), new rows written (keys rotated), rows beyond zeroed (unless
+//   shared);
+// - `gqa_attend_*`: one warp per query row. The row is staged in shared
+//   memory and rotated there; the warp walks the visible keys 32 at a time,
+//   one key per lane for the scores, then one output feature per lane for
+//   the values, with a running maximum and sum (online softmax). A head's
+//   sink logit starts the sum as a key whose value is zero.
+//
+// A T_b or a position outside the buffers raises FAULT_CACHE and touches
+// nothing out of bounds; the provider fails the run when it next checks.
+#include "common.cuh"
+
+// The widest head (8 features a lane).
+#define GQA_MAX_HEAD 256
+// Warps per block of `gqa_attend_*`.
+#define GQA_WARPS 4
+
+__device__ __forceinline__ float neg_inf() { return -__int_as_float(0x7f800000); }
+
+struct GqaArgs {
+    int batch, q_len, heads, kv_heads, head;
+    int q_row;         // elements per token in the query input (N·H, or (N + 2·KV)·H packed)
+    int kv_row;        // elements per token in the key and value inputs
+    int k_off, v_off;  // where a token's keys and values start in their rows
+    int past_cap;      // rows of the past buffers (0 without them)
+    int present_len;   // rows of the present buffers
+    int total;         // total_sequence_length: the bias's columns
+    int first_prompt;  // new tokens start at row 0 and take positions 0 .. S
+    int rot_half;      // rotary pairs per head (0: no rotary)
+    int interleaved;   // pairs are adjacent features rather than halves
+    int cache_rows;    // rows of the cos/sin caches
+    int has_pos;       // position_ids gives the rotary positions
+    int shared;        // past and present are one buffer
+    int causal;
+    int window;        // keys a query sees, its own included (<= 0: all)
+    int bias_b, bias_n;  // the bias's batch and head extents (0: no bias)
+    int sink_kind;     // 0: none, 1: head_sink, 2: a zero logit (smooth_softmax)
+    float scale;
+    float softcap;
+};
+
+// Batch entry b's first new row P_b and key count T_b, or false (with the
+// fault raised) when they do not fit the buffers.
+__device__ __forceinline__ bool span(const GqaArgs& a, const int* seqlens, int b, int& p, int& t) {
+    t = seqlens[b] + 1;
+    p = a.first_prompt ? 0 : t - a.q_len;
+    if (t < 1 || t > a.present_len || p < 0 || p > a.past_cap || p + a.q_len > a.present_len) {
+        raise_fault(FAULT_CACHE);
+        return false;
+    }
+    return true;
+}
+
+// The rotary position of new token si of batch entry b, or -1 (with the
+// fault raised) outside the caches.
+__device__ __forceinline__ int position(const GqaArgs& a, const i64* pos_ids, int b, int si, int p) {
+    const i64 pos = a.has_pos && !a.first_prompt ? pos_ids[(i64)b * a.q_len + si] : (i64)(p + si);
+    if (pos < 0 || pos >= a.cache_rows) {
+        raise_fault(FAULT_CACHE);
+        return -1;
+    }
+    return (int)pos;
+}
+
+// Feature d of a rotated head whose features x(i) returns: the pair (d and
+// its partner) turned by the angle of `pos`.
+template <typename T, typename F>
+__device__ __forceinline__ float rotated(const GqaArgs& a, const T* cos, const T* sin, int pos, int d, F x) {
+    const int half = a.rot_half;
+    if (d >= 2 * half || pos < 0) return x(d);
+    int i, i1, i2;
+    if (a.interleaved) { i = d >> 1; i1 = 2 * i; i2 = i1 + 1; }
+    else { i = d < half ? d : d - half; i1 = i; i2 = i + half; }
+    const float c = (float)ld(cos, (i64)pos * half + i), s = (float)ld(sin, (i64)pos * half + i);
+    const float x1 = x(i1), x2 = x(i2);
+    return d == i1 ? x1 * c - x2 * s : x1 * s + x2 * c;
+}
+
+template <typename T>
+__device__ void gqa_kv(GqaArgs a, const T* key, const T* value, const T* past_k, const T* past_v,
+                       const int* seqlens, const i64* pos_ids, const T* cos, const T* sin, T* pk, T* pv) {
+    const i64 n = (i64)a.batch * a.kv_heads * a.present_len * a.head;
+    for (i64 e = thread_index(); e < n; e += grid_stride()) {
+        const int d = (int)(e % a.head);
+        const int row = (int)((e / a.head) % a.present_len);
+        const int kvh = (int)((e / ((i64)a.head * a.present_len)) % a.kv_heads);
+        const int b = (int)(e / ((i64)a.head * a.present_len * a.kv_heads));
+        int p, t;
+        if (!span(a, seqlens, b, p, t)) continue;
+        if (row < p) {
+            if (!a.shared) {
+                const i64 src = (((i64)b * a.kv_heads + kvh) * a.past_cap + row) * a.head + d;
+                pk[e] = past_k[src];
+                pv[e] = past_v[src];
+            }
+        } else if (row < p + a.q_len) {
+            const int si = row - p;
+            const i64 at = ((i64)b * a.q_len + si) * a.kv_row + kvh * a.head;
+            const T* kr = key + at + a.k_off;
+            const int pos = a.rot_half ? position(a, pos_ids, b, si, p) : -1;
+            const float k = rotated(a, cos, sin, pos, d, [&](int i) { return (float)ld(kr, i); });
+            st(pk, e, k);
+            pv[e] = value[at + a.v_off + d];
+        } else if (!a.shared) {
+            st(pk, e, 0.f);
+            st(pv, e, 0.f);
+        }
+    }
+}
+
+// v rounded to T's precision.
+template <typename T> __device__ __forceinline__ float round_as(float v) {
+    const T t = from_f32<T>(v);
+    return (float)ld(&t, 0);
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+template <typename T>
+__device__ void gqa_attend(GqaArgs a, const T* query, const T* pk, const T* pv, const int* seqlens,
+                           const i64* pos_ids, const T* cos, const T* sin, const T* bias,
+                           const T* sinks, T* y) {
+    __shared__ float qs[GQA_WARPS][GQA_MAX_HEAD];
+    __shared__ float ps[GQA_WARPS][32];
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    const i64 r = (i64)blockIdx.x * GQA_WARPS + w;
+    if (r >= (i64)a.batch * a.heads * a.q_len) return;
+    // Rows in [B, N, S] order: the warps of a block share a head's keys.
+    const int si = (int)(r % a.q_len);
+    const int n = (int)((r / a.q_len) % a.heads);
+    const int b = (int)(r / ((i64)a.q_len * a.heads));
+    const int h = a.head;
+    int p, t;
+    const bool ok = span(a, seqlens, b, p, t);
+    const T* qr = query + ((i64)b * a.q_len + si) * a.q_row + n * h;
+    for (int d = lane; d < h; d += 32) qs[w][d] = (float)ld(qr, d);
+    __syncwarp();
+    float qv[GQA_MAX_HEAD / 32];
+    const int pos = ok && a.rot_half ? position(a, pos_ids, b, si, p) : -1;
+#pragma unroll
+    for (int j = 0; j < GQA_MAX_HEAD / 32; ++j) {
+        const int d = lane + 32 * j;
+        // Rounded to T, as the CPU's reference rounds its rotated queries.
+        if (d < h) qv[j] = round_as<T>(rotated(a, cos, sin, pos, d, [&](int i) { return qs[w][i]; }));
+    }
+    __syncwarp();
+#pragma unroll
+    for (int j = 0; j < GQA_MAX_HEAD / 32; ++j) {
+        const int d = lane + 32 * j;
+        if (d < h) qs[w][d] = qv[j];
+    }
+    __syncwarp();
+    float acc[GQA_MAX_HEAD / 32];
+#pragma unroll
+    for (int j = 0; j < GQA_MAX_HEAD / 32; ++j) acc[j] = 0.f;
+    // The sink is a key of logit `sink` and value zero.
+    float mx = neg_inf(), sum = 0.f;
+    if (a.sink_kind) {
+        mx = a.sink_kind == 1 ? (float)ld(sinks, n) : 0.f;
+        sum = 1.f;
+    }
+    int lo = 0, hi = 0;
+    if (ok) {
+        const int q_pos = p + si;
+        const int seen = a.causal ? min(p + a.q_len, t) : t;
+        lo = a.window > 0 ? max(0, q_pos + 1 - a.window) : 0;
+        hi = a.causal ? min(q_pos + 1, seen) : seen;
+        hi = max(min(hi, a.present_len), lo);
+    }
+    const int kvh = n / (a.heads / a.kv_heads);
+    const T* kb = pk + ((i64)b * a.kv_heads + kvh) * a.present_len * h;
+    const T* vb = pv + ((i64)b * a.kv_heads + kvh) * a.present_len * h;
+    const T* br = a.bias_b
+        ? bias + ((((i64)(b % a.bias_b) * a.bias_n + n % a.bias_n) * a.q_len + si) * a.total)
+        : 0;
+    for (int c0 = lo; c0 < hi; c0 += 32) {
+        const int j = c0 + lane;
+        float x = neg_inf();
+        if (j < hi) {
+            const T* kr = kb + (i64)j * h;
+            float dot = 0.f;
+            for (int d = 0; d < h; ++d) dot += qs[w][d] * (float)ld(kr, d);
+            x = dot * a.scale;
+            if (a.softcap > 0.f) x = a.softcap * tanhf(x / a.softcap);
+            if (br && j < a.total) x += (float)ld(br, j);
+        }
+        const float nm = fmaxf(mx, warp_max(x));
+        if (nm == neg_inf()) continue;  // every key so far masked
+        const float corr = __expf(mx - nm);
+        const float pj = x == neg_inf() ? 0.f : __expf(x - nm);
+        sum = sum * corr + warp_sum(pj);
+        ps[w][lane] = pj;
+        __syncwarp();
+        const int keys = min(32, hi - c0);
+#pragma unroll
+        for (int jj = 0; jj < GQA_MAX_HEAD / 32; ++jj) acc[jj] *= corr;
+        for (int k = 0; k < keys; ++k) {
+            const float pk_ = ps[w][k];
+            const T* vr = vb + (i64)(c0 + k) * h;
+#pragma unroll
+            for (int jj = 0; jj < GQA_MAX_HEAD / 32; ++jj) {
+                const int d = lane + 32 * jj;
+                if (d < h) acc[jj] += pk_ * (float)ld(vr, d);
+            }
+        }
+        __syncwarp();
+        mx = nm;
+    }
+    const float inv = sum > 0.f ? 1.f / sum : 0.f;
+    T* yr = y + (((i64)b * a.q_len + si) * a.heads + n) * h;
+#pragma unroll
+    for (int j = 0; j < GQA_MAX_HEAD / 32; ++j) {
+        const int d = lane + 32 * j;
+        if (d < h) st(yr, d, acc[j] * inv);
+    }
+}
+
+#define GQA(T, S)                                                                                   \
+    extern "C" __global__ void gqa_kv_##S(GqaArgs a, const T* key, const T* value,                 \
+                                          const T* past_k, const T* past_v, const int* seqlens,    \
+                                          const i64* pos_ids, const T* cos, const T* sin, T* pk,   \
+                                          T* pv) {                                                 \
+        gqa_kv<T>(a, key, value, past_k, past_v, seqlens, pos_ids, cos, sin, pk, pv);              \
+    }                                                                                               \
+    extern "C" __global__ void gqa_attend_##S(GqaArgs a, const T* query, const T* pk,              \
+                                              const T* pv, const int* seqlens,                     \
+                                              const i64* pos_ids, const T* cos, const T* sin,      \
+                                              const T* bias, const T* sinks, T* y) {               \
+        gqa_attend<T>(a, query, pk, pv, seqlens, pos_ids, cos, sin, bias, sinks, y);               \
+    }
+
+GQA(float, f32)
+GQA(f16, f16)
+GQA(bf16, bf16)

@@ -55,6 +55,11 @@ pub struct DecoderLayout {
     pub head_dim: usize,
     /// What `genai_config.json` says, where the model folder has one.
     pub config: GenaiConfig,
+    /// Every past input feeds only `GroupQueryAttention`, which reads as many
+    /// rows as `seqlens_k` says whatever the buffer's length: the cache can be
+    /// bound at its full length once, so every decode step has one input
+    /// signature (onnxruntime-genai's `past_present_share_buffer`).
+    pub preallocated_cache: bool,
 }
 
 /// The parts of onnxruntime-genai's `genai_config.json` generation reads.
@@ -66,6 +71,15 @@ pub struct GenaiConfig {
     pub max_length: Option<usize>,
     /// Padding token for batches of unequal prompts.
     pub pad_token_id: Option<i64>,
+    /// `model.decoder.head_size`: the cache's last dim, which onnxruntime-genai
+    /// 0.18's builder declares symbolic.
+    pub head_size: Option<usize>,
+    /// `model.decoder.num_key_value_heads`.
+    pub kv_heads: Option<usize>,
+    /// The folder was built for one buffer shared by past and present at the
+    /// maximum length (its `search.past_present_share_buffer`). Onyx binds
+    /// the cache at its full length either way for GroupQueryAttention models.
+    pub past_present_share_buffer: bool,
 }
 
 impl GenaiConfig {
@@ -91,15 +105,19 @@ impl GenaiConfig {
             .as_u64()
             .or_else(|| model["context_length"].as_u64())
             .map(|n| n as usize);
-        if json["search"]["past_present_share_buffer"].as_bool() == Some(true) {
-            return Err(format!(
-                "{}: past_present_share_buffer is true; Onyx feeds past and present as \
-                 separate tensors (build the model for the CPU, or set it to false)",
-                path.display()
-            ));
-        }
         let pad_token_id = model["pad_token_id"].as_i64();
-        Ok(Some(GenaiConfig { eos_token_ids, max_length, pad_token_id }))
+        let past_present_share_buffer =
+            json["search"]["past_present_share_buffer"].as_bool() == Some(true);
+        let decoder = &model["decoder"];
+        let size = |k: &str| decoder[k].as_u64().map(|n| n as usize);
+        Ok(Some(GenaiConfig {
+            eos_token_ids,
+            max_length,
+            pad_token_id,
+            head_size: size("head_size"),
+            kv_heads: size("num_key_value_heads"),
+            past_present_share_buffer,
+        }))
     }
 }
 
@@ -132,6 +150,11 @@ impl DecoderLayout {
         if !logits.dtype().is_none_or(|d| d.is_float()) {
             return Err(not_decoder("logits are not floating point".into()));
         }
+        let dir = session.path().and_then(Path::parent);
+        let config = match dir {
+            Some(d) => GenaiConfig::read(d)?,
+            None => None,
+        };
         let mut kv = Vec::new();
         let mut shape: Option<(DType, usize, usize)> = None;
         for input in inputs.iter().filter(|i| i.name.starts_with("past_key_values.")) {
@@ -140,12 +163,16 @@ impl DecoderLayout {
                 not_decoder(format!("{} has no matching output {present}", input.name))
             })?;
             let dims = input.shape().map(|s| s.dims().to_vec()).unwrap_or_default();
-            let (heads, head_dim) = match (dims.len(), fixed(dims.get(1)), fixed(dims.get(3))) {
+            // Declared sizes first, else genai_config.json's.
+            let heads = fixed(dims.get(1)).or(config.as_ref().and_then(|c| c.kv_heads));
+            let head_dim = fixed(dims.get(3)).or(config.as_ref().and_then(|c| c.head_size));
+            let (heads, head_dim) = match (dims.len(), heads, head_dim) {
                 (4, Some(h), Some(d)) => (h, d),
                 _ => {
                     return Err(format!(
                         "{}: expected a declared [batch, kv_heads, past, head_size] shape with \
-                         fixed heads and head size",
+                         fixed heads and head size (or genai_config.json's num_key_value_heads \
+                         and head_size), got {dims:?}",
                         input.name
                     ));
                 }
@@ -179,12 +206,23 @@ impl DecoderLayout {
                 other.name
             )));
         }
-        let gqa = session.model().graph.nodes.iter().any(|n| n.op_type == "GroupQueryAttention");
-        let dir = session.path().and_then(Path::parent);
-        let config = match dir {
-            Some(d) => GenaiConfig::read(d)?,
-            None => None,
-        };
+        let graph = &session.model().graph;
+        let gqa = graph.nodes.iter().any(|n| n.op_type == "GroupQueryAttention");
+        // Past inputs read only as GroupQueryAttention's past_key / past_value.
+        let pasts: Vec<_> = graph
+            .inputs
+            .iter()
+            .copied()
+            .filter(|&v| graph.value(v).name.starts_with("past_key_values."))
+            .collect();
+        let preallocated_cache = gqa
+            && graph.nodes.iter().all(|n| {
+                !n.implicit_inputs.iter().any(|v| pasts.contains(v))
+                    && n.inputs.iter().enumerate().all(|(slot, v)| {
+                        !v.is_some_and(|v| pasts.contains(&v))
+                            || n.op_type == "GroupQueryAttention" && matches!(slot, 3 | 4)
+                    })
+            });
         let kind = if gqa || config.is_some() { LayoutKind::Genai } else { LayoutKind::Optimum };
         Ok(DecoderLayout {
             kind,
@@ -196,6 +234,7 @@ impl DecoderLayout {
             kv_heads,
             head_dim,
             config: config.unwrap_or_default(),
+            preallocated_cache,
         })
     }
 

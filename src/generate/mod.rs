@@ -121,6 +121,10 @@ pub struct Generator<'s> {
     logits: Vec<Vec<f32>>,
     phase: Phase,
     max_new: usize,
+    /// The cache's full length when it is bound once at that length
+    /// ([`DecoderLayout::preallocated_cache`]): the attention mask is padded
+    /// to it, so every decode step has the same input shapes.
+    capacity: Option<usize>,
     stats: GenerationStats,
     started: Option<Instant>,
 }
@@ -158,6 +162,15 @@ impl<'s> Generator<'s> {
             Some(m) => opts.max_new_tokens.min(m - longest),
             None => opts.max_new_tokens,
         };
+        let capacity = layout.preallocated_cache.then_some(longest + max_new);
+        if capacity.is_some() && prompts.iter().any(|p| p.len() != longest) {
+            // GroupQueryAttention reads each row's keys from position 0, so a
+            // left-padded prompt would attend to its padding.
+            return Err(generate_err(
+                "prompts of unequal length are not supported with GroupQueryAttention \
+                 (onnxruntime-genai layout) models yet; run them one at a time",
+            ));
+        }
         let stop = opts.stop_tokens.clone().unwrap_or_else(|| layout.config.eos_token_ids.clone());
         let pad = layout.config.pad_token_id.or(stop.first().copied()).unwrap_or(0);
         let mask: Vec<Vec<i64>> = prompts
@@ -179,6 +192,7 @@ impl<'s> Generator<'s> {
             logits: Vec::new(),
             phase: if max_new == 0 { Phase::Done } else { Phase::Prefill },
             max_new,
+            capacity,
             stats: GenerationStats {
                 prompt_tokens: longest,
                 weight_bytes: session.weight_bytes(),
@@ -200,7 +214,7 @@ impl<'s> Generator<'s> {
         g.bind_step(&ids, 0)?;
         let empty = Tensor::zeros(
             g.layout.kv_dtype,
-            vec![prompts.len(), g.layout.kv_heads, 0, g.layout.head_dim],
+            vec![prompts.len(), g.layout.kv_heads, capacity.unwrap_or(0), g.layout.head_dim],
         );
         for kv in &g.layout.kv {
             g.binding.bind_input(&kv.past, &Value::Tensor(empty.clone()))?;
@@ -315,8 +329,13 @@ impl<'s> Generator<'s> {
         let id_tensor = self.ids(vec![b, s], flat)?;
         self.binding.bind_input("input_ids", &Value::Tensor(id_tensor))?;
         if self.layout.attention_mask {
-            let total = self.mask[0].len();
-            let flat: Vec<i64> = self.mask.iter().flatten().copied().collect();
+            // Padded with zeros to the capacity, where the cache has one.
+            let total = self.capacity.unwrap_or(self.mask[0].len());
+            let mut flat = Vec::with_capacity(b * total);
+            for m in &self.mask {
+                flat.extend_from_slice(m);
+                flat.resize(flat.len() + total - m.len(), 0);
+            }
             let t = self.ids(vec![b, total], flat)?;
             self.binding.bind_input("attention_mask", &Value::Tensor(t))?;
         }

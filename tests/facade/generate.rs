@@ -214,6 +214,39 @@ fn the_genai_config_sets_the_end_of_sequence_token_and_the_maximum_length() {
     assert_eq!(got, f.tokens[..=at]);
 }
 
+#[test]
+fn the_genai_layout_binds_its_cache_once_and_decodes_with_one_input_signature() {
+    let f = genai(false);
+    let s = session(&f.model, "cpu");
+    let mut g = Generator::new(&s, std::slice::from_ref(&f.prompt), greedy_to_the_end(16)).unwrap();
+    assert!(g.layout().preallocated_cache);
+    let per_token = g.layout().kv_bytes_per_token();
+    let got: Vec<i64> = (&mut g).map(|t| t.unwrap()[0]).collect();
+    assert_eq!(got, f.tokens[..16]);
+    // The cache is bound at prompt + 16 rows from the start; the attention
+    // mask is padded to it, so the prefill and every decode step make two
+    // signatures (a growing cache would make one per step).
+    assert_eq!(g.stats().kv_bytes, per_token * (f.prompt.len() as u64 + 16));
+    assert_eq!(s.schedules(), 2);
+    // A folder built for one shared buffer (onnxruntime-genai's CUDA default)
+    // generates the same tokens.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(&f.model, dir.path().join("model.onnx")).unwrap();
+    let config = f.model.with_file_name("genai_config.json");
+    let mut json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(config).unwrap()).unwrap();
+    json["search"]["past_present_share_buffer"] = serde_json::json!(true);
+    std::fs::write(dir.path().join("genai_config.json"), json.to_string()).unwrap();
+    let s = session(&dir.path().join("model.onnx"), "cpu");
+    let g = Generator::new(&s, std::slice::from_ref(&f.prompt), greedy_to_the_end(16)).unwrap();
+    assert!(g.layout().config.past_present_share_buffer);
+    assert_eq!(g.map(|t| t.unwrap()[0]).collect::<Vec<_>>(), f.tokens[..16]);
+    // Prompts of unequal length are refused by name (GQA would attend to the padding).
+    let short = f.prompt[2..].to_vec();
+    let e = Generator::new(&s, &[f.prompt.clone(), short], greedy(4)).err().expect("refused");
+    assert!(onyx::error_chain(&e).contains("unequal length"), "{}", onyx::error_chain(&e));
+}
+
 #[cfg(feature = "wgpu")]
 #[test]
 fn greedy_decoding_matches_onnxruntime_on_wgpu() {

@@ -43,6 +43,11 @@ def session(path):
     return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
 
 
+def head_size(folder):
+    with open(os.path.join(folder, "genai_config.json")) as f:
+        return json.load(f)["model"]["decoder"]["head_size"]
+
+
 def greedy(sess, prompt, steps):
     inputs = {i.name: i for i in sess.get_inputs()}
     names = [o.name for o in sess.get_outputs()]
@@ -51,7 +56,9 @@ def greedy(sess, prompt, steps):
     feeds = {"input_ids": np.array([prompt], ids_t)}
     for p in pasts:
         shape = inputs[p].shape
-        feeds[p] = np.zeros((1, shape[1], 0, shape[3]), NP[inputs[p].type])
+        # onnxruntime-genai's builder declares the head size symbolic: its config gives it.
+        head = shape[3] if isinstance(shape[3], int) else head_size(sess.model_dir)
+        feeds[p] = np.zeros((1, shape[1], 0, head), NP[inputs[p].type])
     tokens, rows, margins = [], [], []
     total = len(prompt)
     for step in range(steps):
@@ -100,6 +107,7 @@ def main():
     ap.add_argument("--genai", action="store_true", help="require onnxruntime_genai's check")
     a = ap.parse_args()
     sess = session(a.model)
+    sess.model_dir = os.path.dirname(os.path.abspath(a.model))
     vocab = sess.get_outputs()[0].shape[-1]
     for seed in range(a.seed, a.seed + 100):
         prompt = [int(x) for x in np.random.default_rng(seed).integers(0, vocab, a.prompt_len)]

@@ -66,9 +66,14 @@ def build(a):
     for i in range(a.layers):
         for kv in ("key", "value"):
             inputs.append(helper.make_tensor_value_info(
-                f"past_key_values.{i}.{kv}", TensorProto.FLOAT, ["batch_size", a.kv_heads, "past_sequence_length", d]))
+                # The last dim is symbolic, as onnxruntime-genai 0.18's builder writes
+                # it (one export for plain and quantized caches): the head size
+                # comes from genai_config.json.
+                f"past_key_values.{i}.{kv}", TensorProto.FLOAT,
+                ["batch_size", a.kv_heads, "past_sequence_length", "kv_cache_dim"]))
             outputs.append(helper.make_tensor_value_info(
-                f"present.{i}.{kv}", TensorProto.FLOAT, ["batch_size", a.kv_heads, "total_sequence_length", d]))
+                f"present.{i}.{kv}", TensorProto.FLOAT,
+                ["batch_size", a.kv_heads, "total_sequence_length", "kv_cache_dim"]))
 
     embed = (0.5 * b.rng.standard_normal((a.vocab, a.hidden))).astype(np.float32)
     if a.int4:

@@ -1,4 +1,7 @@
-// com.microsoft GroupQueryAttention: decoders' attention against a KV cache,
+// Decoder kernels: com.microsoft GroupQueryAttention, then RotaryEmbedding
+// (at the end of the file).
+//
+// GroupQueryAttention: decoders' attention against a KV cache,
 // with fewer key/value heads than query heads, rotary embedding of queries
 // and keys, and the per-batch-entry cache length read on the device
 // (`seqlens_k`), so no launch needs a host copy of it.
@@ -251,3 +254,64 @@ __device__ void gqa_attend(GqaArgs a, const T* query, const T* pk, const T* pv, 
 GQA(float, f32)
 GQA(f16, f16)
 GQA(bf16, bf16)
+
+// ---------------------------------------------------------------- RotaryEmbedding
+
+// com.microsoft RotaryEmbedding: the leading `rotary_dim` features of each
+// head vector turned pairwise by the angle of its token's position (halves,
+// or adjacent pairs when interleaved); the rest copied. One thread per pair
+// or copied feature, so the output may be the input's buffer. Positions are
+// one offset (token s of every batch entry at pos[0] + s) or one per token;
+// a position outside the caches raises FAULT_CACHE and leaves its pair
+// unrotated.
+
+struct RopeArgs {
+    i64 vectors;   // head vectors: batch × seq × heads
+    int batch, seq, heads, head, half;
+    int rank3;     // [batch, seq, heads × head] rather than [batch, heads, seq, head]
+    int interleaved;
+    int per_token; // position_ids holds batch × seq ids (else one offset)
+    int cache_rows;
+};
+
+template <typename T>
+__device__ void rotary(RopeArgs a, const T* x, const i64* pos_ids, const T* cos, const T* sin, T* y) {
+    const int units = a.half + (a.head - 2 * a.half);
+    const i64 n = a.vectors * units;
+    for (i64 e = thread_index(); e < n; e += grid_stride()) {
+        const i64 v = e / units;
+        const int u = (int)(e % units);
+        const T* xv = x + v * a.head;
+        T* yv = y + v * a.head;
+        if (u >= a.half) {
+            const int d = a.half + u;  // 2·half + (u - half)
+            yv[d] = xv[d];
+            continue;
+        }
+        int b, s;
+        if (a.rank3) { b = (int)(v / ((i64)a.seq * a.heads)); s = (int)((v / a.heads) % a.seq); }
+        else { b = (int)(v / ((i64)a.heads * a.seq)); s = (int)(v % a.seq); }
+        const i64 pos = a.per_token ? pos_ids[(i64)b * a.seq + s] : pos_ids[0] + s;
+        const int i1 = a.interleaved ? 2 * u : u, i2 = a.interleaved ? 2 * u + 1 : u + a.half;
+        const float x1 = (float)ld(xv, i1), x2 = (float)ld(xv, i2);
+        if (pos < 0 || pos >= a.cache_rows) {
+            raise_fault(FAULT_CACHE);
+            st(yv, i1, x1);
+            st(yv, i2, x2);
+            continue;
+        }
+        const float c = (float)ld(cos, pos * a.half + u), sn = (float)ld(sin, pos * a.half + u);
+        st(yv, i1, x1 * c - x2 * sn);
+        st(yv, i2, x1 * sn + x2 * c);
+    }
+}
+
+#define ROPE(T, S)                                                                                  \
+    extern "C" __global__ void rotary_##S(RopeArgs a, const T* x, const i64* pos_ids, const T* cos, \
+                                          const T* sin, T* y) {                                     \
+        rotary<T>(a, x, pos_ids, cos, sin, y);                                                      \
+    }
+
+ROPE(float, f32)
+ROPE(f16, f16)
+ROPE(bf16, bf16)

@@ -73,7 +73,7 @@ kernels! {
     Cast => "cast.cu",
     /// Weight-only quantized weights: com.microsoft MatMulNBits and GatherBlockQuantized.
     Quant => "quant.cu",
-    /// Decoders' attention against a KV cache: com.microsoft GroupQueryAttention.
+    /// Decoders' attention against a KV cache and rotary embedding: com.microsoft GroupQueryAttention and RotaryEmbedding.
     Decoder => "decoder.cu",
 }
 

@@ -374,13 +374,19 @@ fn last_position(logits: &Tensor, batch: usize) -> Result<Vec<Vec<f32>>> {
     if b != batch || s == 0 || vocab == 0 {
         return Err(generate_err(format!("logits have shape {shape:?} for a batch of {batch}")));
     }
-    let all = logits.to_f64_vec().map_err(|e| generate_err(e.to_string()))?;
-    Ok((0..b)
+    // Only the rows kept are converted: a prompt's logits are `s` rows of
+    // the vocabulary (20 M values for 128 tokens of a 152 k vocabulary).
+    let err = |e: onyx_core::error::TensorError| generate_err(e.to_string());
+    let bytes = logits.bytes().map_err(err)?;
+    let row = logits.dtype().byte_size(vocab).unwrap_or(0);
+    (0..b)
         .map(|r| {
-            let at = (r * s + s - 1) * vocab;
-            all[at..at + vocab].iter().map(|&x| x as f32).collect()
+            let at = (r * s + s - 1) * row;
+            let one = Tensor::from_bytes(logits.dtype(), vec![vocab], bytes.slice(at..at + row))
+                .map_err(err)?;
+            Ok(one.to_f64_vec().map_err(err)?.into_iter().map(|x| x as f32).collect())
         })
-        .collect())
+        .collect()
 }
 
 impl Iterator for Generator<'_> {

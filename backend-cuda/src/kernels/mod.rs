@@ -15,6 +15,7 @@ mod pool;
 mod quant;
 mod reduce;
 mod resize;
+mod rotary;
 mod scan;
 mod scatter;
 mod select;
@@ -89,6 +90,7 @@ pub(crate) fn standard(cc: (i32, i32)) -> Registry {
     linalg::register_all(&mut r);
     quant::register_all(&mut r);
     gqa::register_all(&mut r);
+    rotary::register_all(&mut r);
     // attention.cu's tiles use sm_80 instructions (cp.async, bf16 mma),
     // and a module compiles whole: older GPUs run Attention on the CPU.
     if cc.0 >= 8 {

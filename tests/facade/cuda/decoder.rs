@@ -380,3 +380,62 @@ fn gather_block_quantized_dequantizes_the_gathered_rows_as_the_cpu_does() {
         assert_eq!(f32_out(&got, "y"), f32_out(&want, "y"), "{name}");
     }
 }
+
+#[test]
+fn rotary_embedding_turns_each_head_as_the_cpu_does() {
+    // (input shape, num_heads, rotary_embedding_dim, interleaved, position ids)
+    type RopeCase = (Vec<usize>, i64, i64, bool, Vec<i64>);
+    let cases: Vec<RopeCase> = vec![
+        (vec![2, 3, 32], 4, 0, false, vec![0, 1, 2, 7, 8, 9]),
+        (vec![1, 2, 5, 16], 0, 8, true, vec![3]),
+        (vec![2, 4, 24], 2, 8, false, vec![5]),
+    ];
+    let mut runs = Vec::new();
+    for (shape, heads, dim, interleaved, ids) in cases {
+        let head = if shape.len() == 4 { shape[3] } else { shape[2] / heads as usize };
+        let half = if dim == 0 { head / 2 } else { dim as usize / 2 };
+        let angle = |x: usize| (x / half) as f32 / 10f32.powf((x % half) as f32 / half as f32);
+        for (dtype, tol) in [(DType::F32, 1e-6), (DType::F16, 1e-2), (DType::BF16, 5e-2)] {
+            let cos = stored_as(&f32s(&[16, half], |x| angle(x).cos()), dtype);
+            let sin = stored_as(&f32s(&[16, half], |x| angle(x).sin()), dtype);
+            let mut attrs = vec![("interleaved", A::I(interleaved.into()))];
+            if heads > 0 {
+                attrs.push(("num_heads", A::I(heads)));
+            }
+            if dim > 0 {
+                attrs.push(("rotary_embedding_dim", A::I(dim)));
+            }
+            let mut rope =
+                node("RotaryEmbedding", "rope", &["xt", "pos", "cos", "sin"], &["yt"], attrs);
+            rope.domain = Some("com.microsoft".into());
+            let to = dtype.to_onnx() as i64;
+            let dims: Vec<i64> = shape.iter().map(|&d| d as i64).collect();
+            // One offset, or one id per token.
+            let pos_shape =
+                if ids.len() > 1 { vec![shape[0], ids.len() / shape[0]] } else { vec![1] };
+            let pos_dims: Vec<i64> = pos_shape.iter().map(|&d| d as i64).collect();
+            let bytes = contrib_model(graph(
+                vec![
+                    node("Cast", "in", &["x"], &["xt"], vec![("to", A::I(to))]),
+                    rope,
+                    node("Cast", "out", &["yt"], &["y"], vec![("to", A::I(1))]),
+                ],
+                vec![value("x", DType::F32, &dims), value("pos", DType::I64, &pos_dims)],
+                vec![value("y", DType::F32, &dims)],
+                vec![("cos", cos), ("sin", sin)],
+            ));
+            let feed = vec![
+                ("x", Value::Tensor(noise(&shape, 21))),
+                ("pos", Value::Tensor(Tensor::from_vec(pos_shape, ids.clone()).unwrap())),
+            ];
+            let want = session(bytes.clone(), true).run(feed.clone()).unwrap();
+            runs.push((format!("{shape:?} {dtype}"), bytes, feed, want, tol));
+        }
+    }
+    let Some(p) = gpu() else { return };
+    for (name, bytes, feed, want, tol) in runs {
+        let got = on(bytes, &p, true).run(feed).unwrap();
+        let err = max_rel(&f32_out(&got, "y"), &f32_out(&want, "y"));
+        assert!(err <= tol, "{name}: {err} > {tol}");
+    }
+}

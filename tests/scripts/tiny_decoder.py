@@ -4,7 +4,7 @@ transformers.js "decoder with past" layout, with seeded random weights, built
 with onnx.helper (no torch needed):
 
     tiny_decoder.py OUT.onnx [--layers 4] [--hidden 128] [--heads 4] [--kv-heads 2]
-                    [--ffn 256] [--vocab 1024] [--seed 0] [--int4]
+                    [--ffn 256] [--vocab 1024] [--seed 0] [--int4] [--fp16]
 
 Inputs:  input_ids int64 [batch, seq], attention_mask int64 [batch, past + seq],
          position_ids int64 [batch, seq],
@@ -21,7 +21,8 @@ Unsqueeze → Expand → Reshape; the causal mask built from Range, the padding
 mask and Where; eager attention (MatMul, scale, Add mask, Softmax, MatMul);
 a SiLU-gated MLP. With --int4 the projections and the lm_head are com.microsoft
 MatMulNBits (4 bits, block 32, with zero points), as onnxruntime's weight-only
-quantizer writes them. A decode step (seq 1) is hundreds of small nodes, so it
+quantizer writes them. With --fp16 every float is float16 (weights, cache,
+logits; fp16.py). A decode step (seq 1) is hundreds of small nodes, so it
 measures a runtime's per-node host cost: the benchmark of "Compiled schedules"
 (benches/ort_cpu.py --preset tiny_decoder).
 """
@@ -36,6 +37,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fp16 import to_fp16  # noqa: E402
 from int4 import matmul_nbits  # noqa: E402
 
 
@@ -197,8 +199,10 @@ def main():
     ap.add_argument("--vocab", type=int, default=1024)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--int4", action="store_true")
+    ap.add_argument("--fp16", action="store_true", help="float16 weights, cache and logits (fp16.py)")
     a = ap.parse_args()
-    onnx.save(build(a), a.out)
+    model = build(a)
+    onnx.save(to_fp16(model) if a.fp16 else model, a.out)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
 builder, with seeded random weights, built with onnx.helper (no torch needed),
 and a genai_config.json beside it:
 
-    tiny_genai_decoder.py OUT_DIR/model.onnx [--int4] [--layers 2] [--hidden 128]
+    tiny_genai_decoder.py OUT_DIR/model.onnx [--int4] [--fp16] [--layers 2] [--hidden 128]
                           [--heads 8] [--kv-heads 2] [--ffn 256] [--vocab 1024]
                           [--max-length 256] [--seed 0]
 
@@ -19,7 +19,8 @@ The graph is the builder's (onnxruntime-genai 0.18, `-e cpu`):
 - a SiLU-gated MLP; an untied lm_head (tied, a random model only repeats itself).
 With --int4 every projection and the lm_head is a MatMulNBits (4 bits, block 32,
 asymmetric, zero points) and the embedding a GatherBlockQuantized, as the builder
-writes for `-p int4`; otherwise they are MatMul and Gather in float32.
+writes for `-p int4`; otherwise they are MatMul and Gather in float32. With
+--fp16 every float becomes float16 (weights, scales, cache, logits), as `-p fp16`.
 """
 
 import argparse
@@ -32,6 +33,7 @@ import onnx
 from onnx import TensorProto, helper
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fp16 import to_fp16  # noqa: E402
 from int4 import BLOCK, matmul_nbits, quantize_rows  # noqa: E402
 from tiny_decoder import Builder as Base  # noqa: E402
 
@@ -148,6 +150,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("out")
     ap.add_argument("--int4", action="store_true")
+    ap.add_argument("--fp16", action="store_true", help="float16 weights, cache and logits (fp16.py)")
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--hidden", type=int, default=128)
     ap.add_argument("--heads", type=int, default=8)
@@ -157,7 +160,8 @@ def main():
     ap.add_argument("--max-length", type=int, default=256)
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
-    onnx.save(build(a), a.out)
+    model = build(a)
+    onnx.save(to_fp16(model) if a.fp16 else model, a.out)
     with open(os.path.join(os.path.dirname(os.path.abspath(a.out)), "genai_config.json"), "w") as f:
         json.dump(config(a), f, indent=2)
 

@@ -118,14 +118,26 @@ impl ExecutionProvider for CpuProvider {
         buffer: DeviceBuffer,
         len: usize,
     ) -> BoxFuture<'_, Result<Vec<u8>, EpError>> {
+        self.download_range(buffer, 0, len)
+    }
+
+    fn download_range(
+        &self,
+        buffer: DeviceBuffer,
+        offset: u64,
+        len: usize,
+    ) -> BoxFuture<'_, Result<Vec<u8>, EpError>> {
         let result = (|| {
             let mut storage = self.storage();
             let (ptr, size) = storage.resolve(&buffer)?;
-            if len > size {
-                return Err(EpError::OutOfBounds { offset: 0, len: len as u64, size: size as u64 });
+            let out_of_bounds =
+                || EpError::OutOfBounds { offset, len: len as u64, size: size as u64 };
+            let start = usize::try_from(offset).map_err(|_| out_of_bounds())?;
+            if start.checked_add(len).is_none_or(|end| end > size) {
+                return Err(out_of_bounds());
             }
-            // SAFETY: `ptr` addresses `size >= len` live bytes while the lock is held.
-            let bytes = unsafe { std::slice::from_raw_parts(ptr, len) }.to_vec();
+            // SAFETY: `ptr` addresses `size >= start + len` live bytes while the lock is held.
+            let bytes = unsafe { std::slice::from_raw_parts(ptr.add(start), len) }.to_vec();
             storage.downloaded_bytes += len as u64;
             Ok(bytes)
         })();

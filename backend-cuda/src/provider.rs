@@ -310,6 +310,15 @@ impl ExecutionProvider for CudaProvider {
         buffer: DeviceBuffer,
         len: usize,
     ) -> BoxFuture<'_, Result<Vec<u8>, EpError>> {
+        self.download_range(buffer, 0, len)
+    }
+
+    fn download_range(
+        &self,
+        buffer: DeviceBuffer,
+        offset: u64,
+        len: usize,
+    ) -> BoxFuture<'_, Result<Vec<u8>, EpError>> {
         let r = (|| {
             let _pass = self.gate.pass();
             if self.gate.mine() {
@@ -318,10 +327,10 @@ impl ExecutionProvider for CudaProvider {
             let ptr = {
                 let mut st = self.state();
                 let e = Self::entry(&st, &buffer, self.device())?;
-                if len as u64 > e.size {
-                    return Err(EpError::OutOfBounds { offset: 0, len: len as u64, size: e.size });
+                if offset.checked_add(len as u64).is_none_or(|end| end > e.size) {
+                    return Err(EpError::OutOfBounds { offset, len: len as u64, size: e.size });
                 }
-                let ptr = e.ptr;
+                let ptr = e.ptr + offset;
                 st.stats.downloaded_bytes += len as u64;
                 ptr
             };
@@ -330,8 +339,9 @@ impl ExecutionProvider for CudaProvider {
             let mut out = Vec::<u8>::with_capacity(len);
             if len > 0 {
                 self.gpu.ctx.bind_to_thread().map_err(device_err("binding the CUDA context"))?;
-                // SAFETY: `ptr` holds at least `len` bytes; `out` has capacity for
-                // `len` bytes, and its length is set only after the copy has finished.
+                // SAFETY: `ptr` (the buffer's address plus `offset`) holds at least
+                // `len` bytes (checked above); `out` has capacity for `len` bytes,
+                // and its length is set only after the copy has finished.
                 unsafe {
                     drv_sys::cuMemcpyDtoHAsync_v2(
                         out.as_mut_ptr().cast(),

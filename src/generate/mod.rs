@@ -277,8 +277,7 @@ impl<'s> Generator<'s> {
             .filter_map(|kv| self.binding.input_shape(&kv.past))
             .map(|(d, s)| d.byte_size(s.numel().unwrap_or(0)).unwrap_or(0) as u64)
             .sum();
-        let logits = self.binding.output_to_host("logits")?;
-        self.logits = last_position(&logits, self.tokens.len())?;
+        self.logits = self.last_logits_from_device()?;
         let mut chosen = Vec::with_capacity(self.tokens.len());
         for (row, seq) in self.tokens.iter_mut().enumerate() {
             if self.finished[row] {
@@ -356,6 +355,33 @@ impl<'s> Generator<'s> {
         Ok(())
     }
 
+    /// The last position's logits of each sequence, read back row by row
+    /// (a prompt's other positions never leave the device).
+    fn last_logits_from_device(&self) -> Result<Vec<Vec<f32>>> {
+        let batch = self.tokens.len();
+        let Some(shape) = self.binding.output_shape("logits").and_then(|(_, s)| s.concrete())
+        else {
+            return Err(generate_err("the step gave no logits"));
+        };
+        let &[b, s, vocab] = shape.as_slice() else {
+            return Err(generate_err(format!(
+                "logits have shape {shape:?}, not [batch, seq, vocab]"
+            )));
+        };
+        if b != batch || s == 0 || vocab == 0 {
+            return Err(generate_err(format!(
+                "logits have shape {shape:?} for a batch of {batch}"
+            )));
+        }
+        (0..b)
+            .map(|r| {
+                let row = self.binding.output_row_to_host("logits", r * s + s - 1)?;
+                let values = row.to_f64_vec().map_err(|e| generate_err(e.to_string()))?;
+                Ok(values.into_iter().map(|x| x as f32).collect())
+            })
+            .collect()
+    }
+
     fn ids(&self, shape: Vec<usize>, v: Vec<i64>) -> Result<Tensor> {
         let t = match self.layout.id_dtype {
             DType::I32 => Tensor::from_vec(shape, v.into_iter().map(|x| x as i32).collect()),
@@ -363,30 +389,6 @@ impl<'s> Generator<'s> {
         };
         t.map_err(|e| generate_err(e.to_string()))
     }
-}
-
-/// The last position's row of `[batch, seq, vocab]` logits, per sequence.
-fn last_position(logits: &Tensor, batch: usize) -> Result<Vec<Vec<f32>>> {
-    let shape = logits.shape();
-    let [b, s, vocab] = shape[..] else {
-        return Err(generate_err(format!("logits have shape {shape:?}, not [batch, seq, vocab]")));
-    };
-    if b != batch || s == 0 || vocab == 0 {
-        return Err(generate_err(format!("logits have shape {shape:?} for a batch of {batch}")));
-    }
-    // Only the rows kept are converted: a prompt's logits are `s` rows of
-    // the vocabulary (20 M values for 128 tokens of a 152 k vocabulary).
-    let err = |e: onyx_core::error::TensorError| generate_err(e.to_string());
-    let bytes = logits.bytes().map_err(err)?;
-    let row = logits.dtype().byte_size(vocab).unwrap_or(0);
-    (0..b)
-        .map(|r| {
-            let at = (r * s + s - 1) * row;
-            let one = Tensor::from_bytes(logits.dtype(), vec![vocab], bytes.slice(at..at + row))
-                .map_err(err)?;
-            Ok(one.to_f64_vec().map_err(err)?.into_iter().map(|x| x as f32).collect())
-        })
-        .collect()
 }
 
 impl Iterator for Generator<'_> {

@@ -11,6 +11,7 @@
 
 use std::collections::HashMap;
 
+use onyx_core::dtype::DType;
 use onyx_core::ep::{DeviceBuffer, ExecutionProvider, TensorArg};
 use onyx_core::exec::{self, DeviceValue, RunOptions};
 use onyx_core::shape::Shape;
@@ -256,6 +257,60 @@ impl<'s> IoBinding<'s> {
                 Err(Error::Input { name: name.into(), reason: "no such output is held".into() })
             }
         }
+    }
+
+    /// Reads row `row` of output `name` back to the host: the output seen as
+    /// rows of its last dimension (`[batch, seq, vocab]` logits have
+    /// `batch · seq` rows), only that row's bytes moved. The output stays bound.
+    ///
+    /// # Errors
+    /// As [`output_to_host`](Self::output_to_host); [`Error::Input`] for a row
+    /// past the end.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn output_row_to_host(&self, name: &str, row: usize) -> Result<Tensor> {
+        pollster::block_on(self.output_row_to_host_async(name, row))
+    }
+
+    /// Reads one row of output `name` back to the host (see
+    /// [`output_row_to_host`](Self::output_row_to_host)).
+    ///
+    /// # Errors
+    /// As [`output_row_to_host`](Self::output_row_to_host).
+    pub async fn output_row_to_host_async(&self, name: &str, row: usize) -> Result<Tensor> {
+        let bad = |reason: String| Error::Input { name: name.into(), reason };
+        // `(row width, byte offset, byte length)` of the row.
+        let span = |dtype: DType, shape: &[usize]| -> Result<(usize, usize, usize)> {
+            let width = shape.last().copied().unwrap_or(1);
+            let rows = shape.iter().product::<usize>().checked_div(width).unwrap_or(0);
+            if row >= rows {
+                return Err(bad(format!(
+                    "row {row} of an output of shape {shape:?} ({rows} rows)"
+                )));
+            }
+            match (dtype.byte_size(row * width), dtype.byte_size(width)) {
+                (Some(offset), Some(len)) => Ok((width, offset, len)),
+                _ => Err(bad(format!("{dtype:?} rows are not whole bytes"))),
+            }
+        };
+        let (dtype, width, data) = match self.outputs.get(name) {
+            Some(DeviceValue::Tensor(t)) => {
+                let (width, offset, len) = span(t.dtype, &t.shape)?;
+                let p = self.provider_of(t.buffer)?;
+                let data = p
+                    .download_range(t.buffer, offset as u64, len)
+                    .await
+                    .map_err(provider_err(p, "reading back".into()))?;
+                (t.dtype, width, data)
+            }
+            Some(DeviceValue::Host(t)) => {
+                let (width, offset, len) = span(t.dtype(), t.shape())?;
+                let bytes = t.bytes().map_err(|e| bad(e.to_string()))?;
+                (t.dtype(), width, bytes[offset..offset + len].to_vec())
+            }
+            Some(_) => return Err(bad("not a tensor".into())),
+            None => return Err(bad("no such output is held".into())),
+        };
+        Tensor::from_bytes(dtype, vec![width], data.into()).map_err(|e| bad(e.to_string()))
     }
 
     /// Bytes the binding holds on the devices now (inputs and outputs).

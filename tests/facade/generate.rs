@@ -345,7 +345,8 @@ fn kv_stays_on_the_device(f: &Fixture, s: &Session) {
     drop(g);
     let after = s.provider().memory_stats();
     // Fed per step: input_ids, attention_mask and position_ids (int64), and the
-    // empty caches of the prefill; read back: the logits of each step.
+    // empty caches of the prefill; read back: the last position's logits of
+    // each step (a prompt's other rows stay on the device).
     let p = f.prompt.len() as u64;
     let vocab = f.logits.shape()[1] as u64;
     let mut fed = 0;
@@ -353,7 +354,7 @@ fn kv_stays_on_the_device(f: &Fixture, s: &Session) {
     for step in 0..16u64 {
         let s = if step == 0 { p } else { 1 };
         fed += 8 * (s + (p + step) + s);
-        read += 4 * s * vocab;
+        read += 4 * vocab;
     }
     let uploaded = after.uploaded_bytes - before.uploaded_bytes;
     let downloaded = after.downloaded_bytes - before.downloaded_bytes;
@@ -373,6 +374,35 @@ fn kv_stays_on_the_device(f: &Fixture, s: &Session) {
     // The last step was fed the prompt's and 14 generated tokens' cache.
     assert_eq!(stats.kv_bytes, layout.kv_bytes_per_token() * (p + 14));
     assert_eq!(after.in_use_bytes, before.in_use_bytes, "the generator left memory allocated");
+}
+
+#[test]
+fn an_output_row_reads_back_alone_and_a_row_past_the_end_is_an_error() {
+    let f = optimum_fp32();
+    let s = session(&f.model, "cpu");
+    let mut g = Generator::new(&s, std::slice::from_ref(&f.prompt), greedy(2)).unwrap();
+    g.step().unwrap();
+    // The prefill's logits were read one row (the last position) at a time.
+    let vocab = f.logits.shape()[1];
+    let want = &f.logits.to_vec::<f32>().unwrap()[..vocab];
+    let diff = g.last_logits()[0].iter().zip(want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+    assert!(diff <= 1e-4, "{diff}");
+    let mut b = s.create_binding();
+    let t = onyx::Tensor::from_vec(vec![1, 2], vec![1i64, 2]).unwrap();
+    for name in ["input_ids", "attention_mask", "position_ids"] {
+        b.bind_input(name, &onyx::Value::Tensor(t.clone())).unwrap();
+    }
+    let empty = onyx::Tensor::zeros(onyx::DType::F32, vec![1, 2, 0, 16]);
+    for kv in &g.layout().kv {
+        b.bind_input(&kv.past, &onyx::Value::Tensor(empty.clone())).unwrap();
+    }
+    s.run_binding(&mut b).unwrap();
+    let all = b.output_to_host("logits").unwrap().to_vec::<f32>().unwrap();
+    let row = b.output_row_to_host("logits", 1).unwrap();
+    assert_eq!(row.shape(), [vocab]);
+    assert_eq!(row.to_vec::<f32>().unwrap(), all[vocab..]);
+    let e = onyx::error_chain(&b.output_row_to_host("logits", 2).unwrap_err());
+    assert!(e.contains("row 2") && e.contains("2 rows"), "{e}");
 }
 
 #[test]

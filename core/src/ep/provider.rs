@@ -112,6 +112,23 @@ pub trait ExecutionProvider: MaybeSendSync {
     fn download(&self, buffer: DeviceBuffer, len: usize)
     -> BoxFuture<'_, Result<Vec<u8>, EpError>>;
 
+    /// Reads `len` bytes from `offset` of a buffer back to the host, after
+    /// all queued work: one row of a large output (a prompt's last logits).
+    /// By default the first `offset + len` bytes are read and the front
+    /// dropped; providers override it to move only the range.
+    fn download_range(
+        &self,
+        buffer: DeviceBuffer,
+        offset: u64,
+        len: usize,
+    ) -> BoxFuture<'_, Result<Vec<u8>, EpError>> {
+        Box::pin(async move {
+            let mut bytes = self.download(buffer, offset as usize + len).await?;
+            bytes.drain(..offset as usize);
+            Ok(bytes)
+        })
+    }
+
     /// Copies `len` bytes between two buffers of this provider, in queue order.
     ///
     /// # Errors

@@ -57,8 +57,9 @@ pub struct DecoderLayout {
     pub config: GenaiConfig,
     /// Every past input feeds only `GroupQueryAttention`, which reads as many
     /// rows as `seqlens_k` says whatever the buffer's length: the cache can be
-    /// bound at its full length once, so every decode step has one input
-    /// signature (onnxruntime-genai's `past_present_share_buffer`).
+    /// bound at its full length once (where a maximum length is known), so
+    /// every decode step has one input signature (onnxruntime-genai's
+    /// `past_present_share_buffer`).
     pub preallocated_cache: bool,
 }
 

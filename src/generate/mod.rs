@@ -162,8 +162,13 @@ impl<'s> Generator<'s> {
             Some(m) => opts.max_new_tokens.min(m - longest),
             None => opts.max_new_tokens,
         };
-        let capacity = layout.preallocated_cache.then_some(longest + max_new);
-        if capacity.is_some() && prompts.iter().any(|p| p.len() != longest) {
+        // Bound once at full length only where a maximum length bounds it
+        // (genai_config.json's or the caller's), as onnxruntime-genai does;
+        // without one the cache grows by a row a step.
+        let capacity = (layout.preallocated_cache && max_length.is_some())
+            .then(|| longest.checked_add(max_new))
+            .flatten();
+        if layout.preallocated_cache && prompts.iter().any(|p| p.len() != longest) {
             // GroupQueryAttention reads each row's keys from position 0, so a
             // left-padded prompt would attend to its padding.
             return Err(generate_err(

@@ -123,8 +123,12 @@ pub trait ExecutionProvider: MaybeSendSync {
         len: usize,
     ) -> BoxFuture<'_, Result<Vec<u8>, EpError>> {
         Box::pin(async move {
-            let mut bytes = self.download(buffer, offset as usize + len).await?;
-            bytes.drain(..offset as usize);
+            let start = usize::try_from(offset)
+                .ok()
+                .filter(|s| s.checked_add(len).is_some())
+                .ok_or(EpError::OutOfBounds { offset, len: len as u64, size: buffer.size })?;
+            let mut bytes = self.download(buffer, start + len).await?;
+            bytes.drain(..start);
             Ok(bytes)
         })
     }

@@ -107,7 +107,12 @@ run() {
     echo "== 4. generation on CUDA against onnxruntime"
     # The onnxruntime CPU loop is the oracle here; CI also checks the genai
     # folders against onnxruntime-genai, which this machine need not have.
-    ONYX_SOURCE_DIR="$PWD" ONYX_GENERATE_DIR=/tmp/onyx-generate \
+    # Generating the references here takes minutes (the float16 ones search
+    # for prompts with a wide margin): carry a local run's folders as .dev/gen
+    # (`cp -r target/tmp/generate .dev/gen`) to reuse them.
+    local gen=/tmp/onyx-generate
+    [ -d "$BIN/gen" ] && gen="$PWD/$BIN/gen"
+    ONYX_SOURCE_DIR="$PWD" ONYX_GENERATE_DIR="$gen" \
         ONYX_NO_ORT_GENAI=${ONYX_NO_ORT_GENAI:-1} \
         "$BIN/generate_tests" --test-threads 1 cuda > "$out/generate.log" 2>&1 || failed=1
     grep -E "^test |test result|panicked" "$out/generate.log"

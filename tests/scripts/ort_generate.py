@@ -48,7 +48,7 @@ def head_size(folder):
         return json.load(f)["model"]["decoder"]["head_size"]
 
 
-def greedy(sess, prompt, steps):
+def greedy(sess, prompt, steps, folder):
     inputs = {i.name: i for i in sess.get_inputs()}
     names = [o.name for o in sess.get_outputs()]
     ids_t = NP[inputs["input_ids"].type]
@@ -57,7 +57,7 @@ def greedy(sess, prompt, steps):
     for p in pasts:
         shape = inputs[p].shape
         # onnxruntime-genai's builder declares the head size symbolic: its config gives it.
-        head = shape[3] if isinstance(shape[3], int) else head_size(sess.model_dir)
+        head = shape[3] if isinstance(shape[3], int) else head_size(folder)
         feeds[p] = np.zeros((1, shape[1], 0, head), NP[inputs[p].type])
     tokens, rows, margins = [], [], []
     total = len(prompt)
@@ -107,17 +107,16 @@ def main():
     ap.add_argument("--genai", action="store_true", help="require onnxruntime_genai's check")
     a = ap.parse_args()
     sess = session(a.model)
-    sess.model_dir = os.path.dirname(os.path.abspath(a.model))
+    folder = os.path.dirname(os.path.abspath(a.model))
     vocab = sess.get_outputs()[0].shape[-1]
     for seed in range(a.seed, a.seed + 100):
         prompt = [int(x) for x in np.random.default_rng(seed).integers(0, vocab, a.prompt_len)]
-        tokens, logits, margin = greedy(sess, prompt, a.new)
+        tokens, logits, margin = greedy(sess, prompt, a.new, folder)
         if margin > a.margin:
             break
     else:
         raise SystemExit(f"no prompt of 100 kept every top-1/top-2 margin above {a.margin}")
     report = {"prompt": prompt, "tokens": tokens, "min_margin": margin, "seed": seed}
-    folder = os.path.dirname(os.path.abspath(a.model))
     if os.path.exists(os.path.join(folder, "genai_config.json")):
         try:
             theirs = genai_greedy(folder, prompt, a.new)

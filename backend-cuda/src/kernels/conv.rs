@@ -16,7 +16,7 @@ use onyx_core::shape::Dim;
 use onyx_kernels::Kernel;
 
 use super::elementwise::entry;
-use super::{CudaKernel, Io, Registry, unsupported};
+use super::{CudaKernel, Io, Registry, i32_of, unsupported};
 use crate::gpu::{Args, Gpu};
 
 /// `FastDiv` in conv.cu: division by `d` as `(umulhi(n, m) + n) >> s`, exact
@@ -103,13 +103,6 @@ pub(crate) fn front3(v: &[usize], fill: usize) -> Result<[i32; 3], EpError> {
         *slot = i32_of(x)?;
     }
     Ok(out)
-}
-
-/// A size as `i32`, or Unsupported when it does not fit.
-pub(crate) fn i32_of(x: usize) -> Result<i32, EpError> {
-    i32::try_from(x).map_err(|_| {
-        EpError::Unsupported(format!("size {x} exceeds the CUDA kernels' 32-bit dims"))
-    })
 }
 
 /// The window of a Conv or ConvTranspose: output spatial dims, kernel dims,

@@ -15,7 +15,7 @@ use onyx_kernels::Kernel;
 
 use super::elementwise::entry;
 use super::nn::kernel_err;
-use super::{CudaKernel, Io, Registry, unsupported};
+use super::{CudaKernel, Io, Registry, i32_of, unsupported};
 use crate::gpu::{Args, Gpu};
 
 /// The widest head `gqa_attend_*` takes (`GQA_MAX_HEAD` in decoder.cu).
@@ -61,10 +61,6 @@ struct GqaKernel {
     op: GroupQueryAttention,
     kv_entry: &'static str,
     attend_entry: &'static str,
-}
-
-fn i32_of(v: usize, what: &str) -> Result<i32, EpError> {
-    i32::try_from(v).map_err(|_| kernel_err(format!("GroupQueryAttention: {what} {v}")))
 }
 
 impl GqaKernel {
@@ -164,22 +160,22 @@ impl GqaKernel {
             return Err(kernel_err("GroupQueryAttention: only one of past key/value is shared"));
         }
         let args = GqaArgs {
-            batch: i32_of(b, "batch")?,
-            q_len: i32_of(s, "new tokens")?,
+            batch: i32_of(b)?,
+            q_len: i32_of(s)?,
             heads: n as i32,
             kv_heads: kvn as i32,
             head: h as i32,
-            q_row: i32_of(q_row, "query row")?,
-            kv_row: i32_of(kv_row, "key row")?,
+            q_row: i32_of(q_row)?,
+            kv_row: i32_of(kv_row)?,
             k_off: k_off as i32,
             v_off: v_off as i32,
-            past_cap: i32_of(g.past_capacity, "past rows")?,
-            present_len: i32_of(g.present_len, "present rows")?,
-            total: i32_of(total, "total length")?,
+            past_cap: i32_of(g.past_capacity)?,
+            present_len: i32_of(g.present_len)?,
+            total: i32_of(total)?,
             first_prompt: first_prompt.into(),
             rot_half: rot_half as i32,
             interleaved: self.op.rotary_interleaved.into(),
-            cache_rows: i32_of(cache_rows, "cache rows")?,
+            cache_rows: i32_of(cache_rows)?,
             has_pos: has_pos.into(),
             shared: shared.into(),
             causal: self.op.causal.into(),
@@ -197,7 +193,6 @@ impl GqaKernel {
 impl CudaKernel for GqaKernel {
     fn launch(&self, gpu: &Gpu, io: &Io<'_>) -> Result<(), EpError> {
         let (g, a) = self.args(io)?;
-        let ptr = |i: usize| if io.has_input(i) { io.in_ptr(i) } else { Ok(0) };
         let q = io.in_ptr(0)?;
         let (k, v) = if g.packed { (q, q) } else { (io.in_ptr(1)?, io.in_ptr(2)?) };
         let (pk, pv) = (io.out_ptr(1)?, io.out_ptr(2)?);
@@ -208,12 +203,12 @@ impl CudaKernel for GqaKernel {
                 .push(a)
                 .push(k)
                 .push(v)
-                .push(ptr(3)?)
-                .push(ptr(4)?)
+                .push(io.opt_in_ptr(3))
+                .push(io.opt_in_ptr(4))
                 .push(io.in_ptr(5)?)
-                .push(ptr(9)?)
-                .push(ptr(7)?)
-                .push(ptr(8)?)
+                .push(io.opt_in_ptr(9))
+                .push(io.opt_in_ptr(7))
+                .push(io.opt_in_ptr(8))
                 .push(pk)
                 .push(pv);
             // SAFETY: matches `gqa_kv_T(GqaArgs, const T* key, const T* value,
@@ -245,11 +240,11 @@ impl CudaKernel for GqaKernel {
             .push(pk)
             .push(pv)
             .push(io.in_ptr(5)?)
-            .push(ptr(9)?)
-            .push(ptr(7)?)
-            .push(ptr(8)?)
-            .push(ptr(10)?)
-            .push(ptr(11)?)
+            .push(io.opt_in_ptr(9))
+            .push(io.opt_in_ptr(7))
+            .push(io.opt_in_ptr(8))
+            .push(io.opt_in_ptr(10))
+            .push(io.opt_in_ptr(11))
             .push(io.out_ptr(0)?);
         // SAFETY: matches `gqa_attend_T(GqaArgs, const T* query, const T* pk,
         // const T* pv, const int* seqlens, const i64* pos_ids, const T* cos,

@@ -52,6 +52,11 @@ impl Io<'_> {
         Ok(self.in_ptrs[i])
     }
 
+    /// The device address of input `i`, or 0 where that optional input is absent.
+    pub fn opt_in_ptr(&self, i: usize) -> u64 {
+        self.in_ptrs.get(i).copied().unwrap_or(0)
+    }
+
     /// The device address of output `o`.
     pub fn out_ptr(&self, o: usize) -> Result<u64, EpError> {
         self.output(o)?;
@@ -100,6 +105,13 @@ pub(crate) fn standard(cc: (i32, i32)) -> Registry {
     pool::register_all(&mut r);
     resize::register_all(&mut r);
     r
+}
+
+/// A size as `i32`, or Unsupported when it does not fit.
+pub(crate) fn i32_of(x: usize) -> Result<i32, EpError> {
+    i32::try_from(x).map_err(|_| {
+        EpError::Unsupported(format!("size {x} exceeds the CUDA kernels' 32-bit dims"))
+    })
 }
 
 pub(crate) fn unsupported(op: &str, dtype: DType) -> EpError {

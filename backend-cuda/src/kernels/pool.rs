@@ -87,7 +87,7 @@ fn pool_geometry(p: &Pool, x: &[usize], indices: bool) -> Result<(PoolGeom, Vec<
     let [e_d, e_h, e_w] = front3(&ends, 1)?;
     let [d_d, d_h, d_w] = front3(&geo.dilations, 1)?;
     let [c_d, c_h, c_w] = index_strides(spatial, p.storage_order == 1)?;
-    super::conv::i32_of(os)?;
+    super::i32_of(os)?;
     let mut out = x[..2].to_vec();
     out.extend(&geo.output);
     let g = PoolGeom {

@@ -88,7 +88,6 @@ impl CudaKernel for NBitsKernel {
         if m == 0 || n == 0 {
             return Ok(());
         }
-        let opt = |i: usize| if io.has_input(i) { io.in_ptr(i) } else { Ok(0) };
         let args = NBitsArgs {
             m: m as i64,
             n: n as i64,
@@ -113,8 +112,8 @@ impl CudaKernel for NBitsKernel {
             .push(io.in_ptr(0)?)
             .push(io.in_ptr(1)?)
             .push(io.in_ptr(2)?)
-            .push(opt(3)?)
-            .push(opt(5)?)
+            .push(io.opt_in_ptr(3))
+            .push(io.opt_in_ptr(5))
             .push(io.out_ptr(0)?);
         // SAFETY: matches `matmul_nbits{bits}_T(NBitsArgs, const T* x, const u8* b,
         // const T* scales, const void* zp, const T* bias, T* y)`. x holds m × k
@@ -265,13 +264,12 @@ impl CudaKernel for GbqKernel {
             args.sstride[d] = s as i64;
         }
         let f = gpu.function(Kernel::Quant, self.name)?;
-        let zp = if has_zp { io.in_ptr(3)? } else { 0 };
         let launch = Args::new()
             .push(args)
             .push(io.in_ptr(0)?)
             .push(io.in_ptr(1)?)
             .push(io.in_ptr(2)?)
-            .push(zp)
+            .push(io.opt_in_ptr(3))
             .push(io.out_ptr(0)?);
         // SAFETY: matches `gather_block_T(GbqArgs, const u8* data, const void*
         // idx, const T* scales, const u8* zp, T* y)`. data holds the packed

@@ -11,7 +11,7 @@ use onyx_kernels::Kernel;
 
 use super::elementwise::entry;
 use super::nn::kernel_err;
-use super::{CudaKernel, Io, Registry, unsupported};
+use super::{CudaKernel, Io, Registry, i32_of, unsupported};
 use crate::gpu::{Args, Gpu};
 
 /// `RopeArgs` in decoder.cu.
@@ -36,10 +36,6 @@ unsafe impl cudarc::driver::DeviceRepr for RopeArgs {}
 struct RopeKernel {
     op: ContribRotary,
     name: &'static str,
-}
-
-fn i32_of(v: usize, what: &str) -> Result<i32, EpError> {
-    i32::try_from(v).map_err(|_| kernel_err(format!("RotaryEmbedding: {what} {v}")))
 }
 
 impl CudaKernel for RopeKernel {
@@ -76,15 +72,15 @@ impl CudaKernel for RopeKernel {
         }
         let args = RopeArgs {
             vectors: vectors as i64,
-            batch: i32_of(g.batch, "batch")?,
-            seq: i32_of(g.seq, "sequence")?,
-            heads: i32_of(g.heads, "heads")?,
-            head: i32_of(g.head_size, "head size")?,
+            batch: i32_of(g.batch)?,
+            seq: i32_of(g.seq)?,
+            heads: i32_of(g.heads)?,
+            head: i32_of(g.head_size)?,
             half: half as i32,
             rank3: g.rank3.into(),
             interleaved: self.op.interleaved.into(),
             per_token: per_token.into(),
-            cache_rows: i32_of(g.max_positions, "cache rows")?,
+            cache_rows: i32_of(g.max_positions)?,
         };
         let f = gpu.function(Kernel::Decoder, self.name)?;
         let launch = Args::new()

@@ -8,6 +8,7 @@ use onyx::core::onnx::tensor_to_proto;
 use prost::Message;
 
 /// An attribute value for [`node`].
+#[derive(Clone)]
 pub enum A {
     I(i64),
     F(f32),

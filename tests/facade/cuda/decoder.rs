@@ -7,6 +7,7 @@
 use super::*;
 
 /// One GroupQueryAttention call: shapes, attributes and the int inputs.
+#[derive(Clone)]
 struct Case {
     name: &'static str,
     batch: usize,
@@ -107,16 +108,7 @@ impl Case {
             attrs.push(("do_rotary", A::I(1)));
             attrs.push(("rotary_interleaved", A::I(interleaved.into())));
         }
-        for (k, v) in &self.attrs {
-            attrs.push((
-                k,
-                match v {
-                    A::I(x) => A::I(*x),
-                    A::F(x) => A::F(*x),
-                    _ => unreachable!("the cases set int and float attributes"),
-                },
-            ));
-        }
+        attrs.extend(self.attrs.iter().cloned());
         let slot_refs: Vec<&str> = slots.iter().map(String::as_str).collect();
         let mut gqa =
             node("GroupQueryAttention", "gqa", &slot_refs, &["y_t", "pk_t", "pv_t"], attrs);
@@ -197,7 +189,7 @@ fn cases() -> Vec<Case> {
             packed: true,
             rotary: Some((4, true)),
             positions: None,
-            ..base_like(&base)
+            ..base.clone()
         },
         Case {
             name: "a chunk of three with a window, softcap, a bias and head sinks",
@@ -209,7 +201,7 @@ fn cases() -> Vec<Case> {
             bias: Some([2, 1]),
             sinks: true,
             attrs: vec![("local_window_size", A::I(3)), ("softcap", A::F(5.0))],
-            ..base_like(&base)
+            ..base.clone()
         },
         Case {
             name: "non-causal with smooth softmax and heads of 64",
@@ -222,31 +214,10 @@ fn cases() -> Vec<Case> {
             rotary: None,
             positions: None,
             attrs: vec![("causal", A::I(0)), ("smooth_softmax", A::I(1))],
-            ..base_like(&base)
+            ..base.clone()
         },
         base,
     ]
-}
-
-/// `base` without its attributes (which do not clone).
-fn base_like(base: &Case) -> Case {
-    Case {
-        name: base.name,
-        batch: base.batch,
-        q_len: base.q_len,
-        heads: base.heads,
-        kv_heads: base.kv_heads,
-        head: base.head,
-        past: base.past,
-        total: base.total,
-        seqlens: base.seqlens.clone(),
-        packed: base.packed,
-        rotary: base.rotary,
-        positions: base.positions.clone(),
-        bias: base.bias,
-        sinks: base.sinks,
-        attrs: vec![],
-    }
 }
 
 #[test]

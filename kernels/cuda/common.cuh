@@ -56,6 +56,31 @@ template <typename T> __device__ __forceinline__ void st(T* p, i64 i, typename N
 template <> __device__ __forceinline__ void st<f16>(f16* p, i64 i, float v) { p[i].bits = f32_to_f16(v); }
 template <> __device__ __forceinline__ void st<bf16>(bf16* p, i64 i, float v) { p[i].bits = f32_to_bf16(v); }
 
+// W consecutive elements of p (16-byte aligned when W > 1) as floats.
+template <typename T, int W> __device__ __forceinline__ void ldw(const T* p, float* o) {
+#pragma unroll
+    for (int i = 0; i < W; ++i) o[i] = (float)ld(p, i);
+}
+template <> __device__ __forceinline__ void ldw<float, 4>(const float* p, float* o) {
+    const float4 v = *(const float4*)p;
+    o[0] = v.x; o[1] = v.y; o[2] = v.z; o[3] = v.w;
+}
+__device__ __forceinline__ void unpack8(uint4 v, float* o, bool bf) {
+    const u32 w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const u16 lo = (u16)(w[i] & 0xffffu), hi = (u16)(w[i] >> 16);
+        o[2 * i] = bf ? bf16_to_f32(lo) : f16_to_f32(lo);
+        o[2 * i + 1] = bf ? bf16_to_f32(hi) : f16_to_f32(hi);
+    }
+}
+template <> __device__ __forceinline__ void ldw<f16, 8>(const f16* p, float* o) {
+    unpack8(*(const uint4*)p, o, false);
+}
+template <> __device__ __forceinline__ void ldw<bf16, 8>(const bf16* p, float* o) {
+    unpack8(*(const uint4*)p, o, true);
+}
+
 // Converting between compute types, through float for the 16-bit floats.
 template <typename T> __device__ __forceinline__ T from_f32(float v) { return (T)v; }
 template <> __device__ __forceinline__ f16 from_f32<f16>(float v) { f16 h; h.bits = f32_to_f16(v); return h; }

@@ -10,14 +10,17 @@
 // rows P_b .. P_b + S of the present buffers (P_b = T_b - S, or 0 on a first
 // prompt). Two launches per call:
 // - `gqa_kv_*`: one thread per element of present_key and present_value
-//   ([B, KV, L, H]): past rows copied (unless past and present are one
-//   buffer), new rows written (keys rotated), rows beyond zeroed (unless
-//   shared);
-// - `gqa_attend_*`: one warp per query row. The row is staged in shared
-//   memory and rotated there; the warp walks the visible keys 32 at a time,
-//   one key per lane for the scores, then one output feature per lane for
-//   the values, with a running maximum and sum (online softmax). A head's
-//   sink logit starts the sum as a key whose value is zero.
+//   ([B, KV, L, H]): past rows copied, new rows written (keys rotated), rows
+//   beyond zeroed; where past and present are one buffer, one thread per
+//   element of the new rows only;
+// - `gqa_attend_*`: one block per query row (so a decode step of 14 heads
+//   is 14 blocks of 256 threads, not 14 warps). The row is staged in shared
+//   memory and rotated there. Visible keys go in chunks of GQA_CHUNK: each
+//   thread scores whole keys (16-byte loads where rows allow), the block
+//   takes the chunk's maximum and exponentials, then groups of threads weigh
+//   every groups-th value row, W features a thread; a running maximum and sum
+//   carry across chunks, and the groups' partial rows are summed at the end.
+//   A head's sink logit starts the sum as a key whose value is zero.
 //
 // A T_b or a position outside the buffers raises FAULT_CACHE and touches
 // nothing out of bounds; the provider fails the run when it next checks.
@@ -25,8 +28,10 @@
 
 // The widest head (8 features a lane).
 #define GQA_MAX_HEAD 256
-// Warps per block of `gqa_attend_*`.
-#define GQA_WARPS 4
+// Threads per block of `gqa_attend_*` (one block per query row).
+#define GQA_THREADS 256
+// Keys a block scores before it weighs their values (shared memory).
+#define GQA_CHUNK 1024
 
 __device__ __forceinline__ float neg_inf() { return -__int_as_float(0x7f800000); }
 
@@ -48,6 +53,7 @@ struct GqaArgs {
     int window;        // keys a query sees, its own included (<= 0: all)
     int bias_b, bias_n;  // the bias's batch and head extents (0: no bias)
     int sink_kind;     // 0: none, 1: head_sink, 2: a zero logit (smooth_softmax)
+    int vec;           // key and value rows start 16-byte aligned and span whole 16-byte words
     float scale;
     float softcap;
 };
@@ -92,20 +98,22 @@ __device__ __forceinline__ float rotated(const GqaArgs& a, const T* cos, const T
 template <typename T>
 __device__ void gqa_kv(GqaArgs a, const T* key, const T* value, const T* past_k, const T* past_v,
                        const int* seqlens, const i64* pos_ids, const T* cos, const T* sin, T* pk, T* pv) {
-    const i64 n = (i64)a.batch * a.kv_heads * a.present_len * a.head;
-    for (i64 e = thread_index(); e < n; e += grid_stride()) {
-        const int d = (int)(e % a.head);
-        const int row = (int)((e / a.head) % a.present_len);
-        const int kvh = (int)((e / ((i64)a.head * a.present_len)) % a.kv_heads);
-        const int b = (int)(e / ((i64)a.head * a.present_len * a.kv_heads));
+    // Where past and present are one buffer only the new rows are written.
+    const int rows = a.shared ? a.q_len : a.present_len;
+    const i64 n = (i64)a.batch * a.kv_heads * rows * a.head;
+    for (i64 i = thread_index(); i < n; i += grid_stride()) {
+        const int d = (int)(i % a.head);
+        const int rr = (int)((i / a.head) % rows);
+        const int kvh = (int)((i / ((i64)a.head * rows)) % a.kv_heads);
+        const int b = (int)(i / ((i64)a.head * rows * a.kv_heads));
         int p, t;
         if (!span(a, seqlens, b, p, t)) continue;
+        const int row = a.shared ? p + rr : rr;
+        const i64 e = (((i64)b * a.kv_heads + kvh) * a.present_len + row) * a.head + d;
         if (row < p) {
-            if (!a.shared) {
-                const i64 src = (((i64)b * a.kv_heads + kvh) * a.past_cap + row) * a.head + d;
-                pk[e] = past_k[src];
-                pv[e] = past_v[src];
-            }
+            const i64 src = (((i64)b * a.kv_heads + kvh) * a.past_cap + row) * a.head + d;
+            pk[e] = past_k[src];
+            pv[e] = past_v[src];
         } else if (row < p + a.q_len) {
             const int si = row - p;
             const i64 at = ((i64)b * a.q_len + si) * a.kv_row + kvh * a.head;
@@ -114,7 +122,7 @@ __device__ void gqa_kv(GqaArgs a, const T* key, const T* value, const T* past_k,
             const float k = rotated(a, cos, sin, pos, d, [&](int i) { return (float)ld(kr, i); });
             st(pk, e, k);
             pv[e] = value[at + a.v_off + d];
-        } else if (!a.shared) {
+        } else {
             st(pk, e, 0.f);
             st(pv, e, 0.f);
         }
@@ -138,16 +146,33 @@ __device__ __forceinline__ float warp_sum(float v) {
     return v;
 }
 
-template <typename T>
+// The maximum (max = true) or sum of every thread's v, in every thread.
+// `red` holds a float per warp; the block synchronizes twice.
+template <bool MAX> __device__ __forceinline__ float block_reduce(float v, float* red) {
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    v = MAX ? warp_max(v) : warp_sum(v);
+    if (lane == 0) red[w] = v;
+    __syncthreads();
+    float r = red[0];
+    for (int i = 1; i < GQA_THREADS / 32; ++i) r = MAX ? fmaxf(r, red[i]) : r + red[i];
+    __syncthreads();
+    return r;
+}
+
+// One block of GQA_THREADS per query row. W is the features a thread loads at
+// once: 16 bytes' worth where the key rows allow it, else 1.
+template <typename T, int W>
 __device__ void gqa_attend(GqaArgs a, const T* query, const T* pk, const T* pv, const int* seqlens,
                            const i64* pos_ids, const T* cos, const T* sin, const T* bias,
                            const T* sinks, T* y) {
-    __shared__ float qs[GQA_WARPS][GQA_MAX_HEAD];
-    __shared__ float ps[GQA_WARPS][32];
-    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-    const i64 r = (i64)blockIdx.x * GQA_WARPS + w;
-    if (r >= (i64)a.batch * a.heads * a.q_len) return;
-    // Rows in [B, N, S] order: the warps of a block share a head's keys.
+    __shared__ float raw[GQA_MAX_HEAD];
+    __shared__ float qs[GQA_MAX_HEAD];
+    __shared__ float sc[GQA_CHUNK];
+    __shared__ float part[GQA_THREADS * W];
+    __shared__ float red[GQA_THREADS / 32];
+    const int tid = threadIdx.x;
+    const i64 r = blockIdx.x;
+    // Rows in [B, N, S] order: neighbouring blocks share a head's keys.
     const int si = (int)(r % a.q_len);
     const int n = (int)((r / a.q_len) % a.heads);
     const int b = (int)(r / ((i64)a.q_len * a.heads));
@@ -155,32 +180,13 @@ __device__ void gqa_attend(GqaArgs a, const T* query, const T* pk, const T* pv, 
     int p, t;
     const bool ok = span(a, seqlens, b, p, t);
     const T* qr = query + ((i64)b * a.q_len + si) * a.q_row + n * h;
-    for (int d = lane; d < h; d += 32) qs[w][d] = (float)ld(qr, d);
-    __syncwarp();
-    float qv[GQA_MAX_HEAD / 32];
+    for (int d = tid; d < h; d += GQA_THREADS) raw[d] = (float)ld(qr, d);
+    __syncthreads();
     const int pos = ok && a.rot_half ? position(a, pos_ids, b, si, p) : -1;
-#pragma unroll
-    for (int j = 0; j < GQA_MAX_HEAD / 32; ++j) {
-        const int d = lane + 32 * j;
-        // Rounded to T, as the CPU's reference rounds its rotated queries.
-        if (d < h) qv[j] = round_as<T>(rotated(a, cos, sin, pos, d, [&](int i) { return qs[w][i]; }));
-    }
-    __syncwarp();
-#pragma unroll
-    for (int j = 0; j < GQA_MAX_HEAD / 32; ++j) {
-        const int d = lane + 32 * j;
-        if (d < h) qs[w][d] = qv[j];
-    }
-    __syncwarp();
-    float acc[GQA_MAX_HEAD / 32];
-#pragma unroll
-    for (int j = 0; j < GQA_MAX_HEAD / 32; ++j) acc[j] = 0.f;
-    // The sink is a key of logit `sink` and value zero.
-    float mx = neg_inf(), sum = 0.f;
-    if (a.sink_kind) {
-        mx = a.sink_kind == 1 ? (float)ld(sinks, n) : 0.f;
-        sum = 1.f;
-    }
+    // Rounded to T, as the CPU's reference rounds its rotated queries.
+    for (int d = tid; d < h; d += GQA_THREADS)
+        qs[d] = round_as<T>(rotated(a, cos, sin, pos, d, [&](int i) { return raw[i]; }));
+    __syncthreads();
     int lo = 0, hi = 0;
     if (ok) {
         const int q_pos = p + si;
@@ -195,45 +201,74 @@ __device__ void gqa_attend(GqaArgs a, const T* query, const T* pk, const T* pv, 
     const T* br = a.bias_b
         ? bias + ((((i64)(b % a.bias_b) * a.bias_n + n % a.bias_n) * a.q_len + si) * a.total)
         : 0;
-    for (int c0 = lo; c0 < hi; c0 += 32) {
-        const int j = c0 + lane;
-        float x = neg_inf();
-        if (j < hi) {
-            const T* kr = kb + (i64)j * h;
+    // The sink is a key of logit `sink` and value zero.
+    float mx = neg_inf(), sum = 0.f;
+    if (a.sink_kind) {
+        mx = a.sink_kind == 1 ? (float)ld(sinks, n) : 0.f;
+        sum = 1.f;
+    }
+    // Values: `groups` groups of h / W threads, each thread W features of
+    // every groups-th key.
+    const int per_row = h / W, groups = GQA_THREADS / per_row;
+    const int g = tid / per_row, d0 = (tid % per_row) * W;
+    float acc[W];
+#pragma unroll
+    for (int i = 0; i < W; ++i) acc[i] = 0.f;
+    for (int c0 = lo; c0 < hi; c0 += GQA_CHUNK) {
+        const int keys = min(GQA_CHUNK, hi - c0);
+        // Scores: one key per thread, its row read W features at a time.
+        float cm = neg_inf();
+        for (int j = tid; j < keys; j += GQA_THREADS) {
+            const T* kr = kb + (i64)(c0 + j) * h;
             float dot = 0.f;
-            for (int d = 0; d < h; ++d) dot += qs[w][d] * (float)ld(kr, d);
-            x = dot * a.scale;
+            for (int d = 0; d < h; d += W) {
+                float kv[W];
+                ldw<T, W>(kr + d, kv);
+#pragma unroll
+                for (int i = 0; i < W; ++i) dot += qs[d + i] * kv[i];
+            }
+            float x = dot * a.scale;
             if (a.softcap > 0.f) x = a.softcap * tanhf(x / a.softcap);
-            if (br && j < a.total) x += (float)ld(br, j);
+            if (br && c0 + j < a.total) x += (float)ld(br, c0 + j);
+            sc[j] = x;
+            cm = fmaxf(cm, x);
         }
-        const float nm = fmaxf(mx, warp_max(x));
-        if (nm == neg_inf()) continue;  // every key so far masked
-        const float corr = __expf(mx - nm);
-        const float pj = x == neg_inf() ? 0.f : __expf(x - nm);
-        sum = sum * corr + warp_sum(pj);
-        ps[w][lane] = pj;
-        __syncwarp();
-        const int keys = min(32, hi - c0);
+        const float nm = fmaxf(mx, block_reduce<true>(cm, red));
+        // Every key so far masked (a bias of -inf) weighs nothing.
+        const float corr = nm == neg_inf() ? 1.f : __expf(mx - nm);
+        float cs = 0.f;
+        for (int j = tid; j < keys; j += GQA_THREADS) {
+            const float e = sc[j] == neg_inf() ? 0.f : __expf(sc[j] - nm);
+            sc[j] = e;
+            cs += e;
+        }
+        sum = sum * corr + block_reduce<false>(cs, red);  // its syncs publish sc
+        mx = nm;
+        if (g < groups) {
 #pragma unroll
-        for (int jj = 0; jj < GQA_MAX_HEAD / 32; ++jj) acc[jj] *= corr;
-        for (int k = 0; k < keys; ++k) {
-            const float pk_ = ps[w][k];
-            const T* vr = vb + (i64)(c0 + k) * h;
+            for (int i = 0; i < W; ++i) acc[i] *= corr;
+#pragma unroll 4
+            for (int j = g; j < keys; j += groups) {
+                float vv[W];
+                ldw<T, W>(vb + (i64)(c0 + j) * h + d0, vv);
+                const float pj = sc[j];
 #pragma unroll
-            for (int jj = 0; jj < GQA_MAX_HEAD / 32; ++jj) {
-                const int d = lane + 32 * jj;
-                if (d < h) acc[jj] += pk_ * (float)ld(vr, d);
+                for (int i = 0; i < W; ++i) acc[i] += pj * vv[i];
             }
         }
-        __syncwarp();
-        mx = nm;
+        __syncthreads();  // sc is rewritten by the next chunk
     }
+    if (g < groups) {
+#pragma unroll
+        for (int i = 0; i < W; ++i) part[g * h + d0 + i] = acc[i];
+    }
+    __syncthreads();
     const float inv = sum > 0.f ? 1.f / sum : 0.f;
     T* yr = y + (((i64)b * a.q_len + si) * a.heads + n) * h;
-#pragma unroll
-    for (int j = 0; j < GQA_MAX_HEAD / 32; ++j) {
-        const int d = lane + 32 * j;
-        if (d < h) st(yr, d, acc[j] * inv);
+    for (int d = tid; d < h; d += GQA_THREADS) {
+        float o = 0.f;
+        for (int k = 0; k < groups; ++k) o += part[k * h + d];
+        st(yr, d, o * inv);
     }
 }
 
@@ -248,7 +283,9 @@ __device__ void gqa_attend(GqaArgs a, const T* query, const T* pk, const T* pv, 
                                               const T* pv, const int* seqlens,                     \
                                               const i64* pos_ids, const T* cos, const T* sin,      \
                                               const T* bias, const T* sinks, T* y) {               \
-        gqa_attend<T>(a, query, pk, pv, seqlens, pos_ids, cos, sin, bias, sinks, y);               \
+        if (a.vec) gqa_attend<T, 16 / sizeof(T)>(a, query, pk, pv, seqlens, pos_ids, cos, sin,    \
+                                                 bias, sinks, y);                                  \
+        else gqa_attend<T, 1>(a, query, pk, pv, seqlens, pos_ids, cos, sin, bias, sinks, y);       \
     }
 
 GQA(float, f32)

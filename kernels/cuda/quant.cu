@@ -103,6 +103,89 @@ __device__ void matmul_nbits(NBitsArgs a, const T* x, const u8* b, const T* scal
     }
 }
 
+// The 4-bit GEMV: one warp per output column, GEMV_WARPS columns a block,
+// up to NBITS_ROWS rows of A. Each lane loads 16 bytes of the row at once (32
+// weights, four 8-weight words) and the 32 matching features of each row of
+// A. A weight becomes a float by bits (0x4B000000 | q is 2^23 + q), and the
+// word's 2^23 + zero point is subtracted in the same add, so dequantizing
+// costs a shift, a logic op and an add per weight; the scale multiplies each
+// word's dot product (float zero points, which may have fractions, multiply
+// the word's sum of features instead). Taken where K is a multiple of 32 and
+// rows of B and A start 16-byte aligned (checked by the host), which is every
+// model the onnxruntime-genai builder writes; `matmul_nbits*` above otherwise.
+#define GEMV_WARPS 8
+
+template <typename T>
+__device__ void matmul_nbits4_vec(NBitsArgs a, const T* x, const u8* b, const T* scales,
+                                  const void* zp, const T* bias, T* y) {
+    const int lane = threadIdx.x & 31;
+    const i64 col = (i64)blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
+    const i64 m0 = (i64)blockIdx.y * NBITS_ROWS;
+    if (col >= a.n) return;
+    const int W = 16 / sizeof(T);
+    const i64 vecs = a.k / 32;
+    const uint4* w = (const uint4*)(b + col * (a.k_blocks * a.block / 2));
+    const T* sr = scales + col * a.k_blocks;
+    const u8* zr = (const u8*)zp + col * ((a.k_blocks + 1) / 2);
+    const T* zt = (const T*)zp + col * a.k_blocks;
+    const int rows = (int)min((i64)NBITS_ROWS, a.m - m0);
+    float acc[NBITS_ROWS] = {0.f, 0.f, 0.f, 0.f};
+    for (i64 v = lane; v < vecs; v += 32) {
+        const uint4 wv = w[v];
+        const u32 words[4] = {wv.x, wv.y, wv.z, wv.w};
+        const i64 k0 = v * 32;
+        // Integer zero points join the 2^23 (exactly); float ones (zp_kind 2)
+        // may have fractions, so they multiply the sum of the features instead.
+        float s[4], z[4], zf[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            if (j > 0 && a.block >= 32) { s[j] = s[0]; z[j] = z[0]; zf[j] = zf[0]; continue; }
+            const i64 blk = (k0 + 8 * j) / a.block;
+            s[j] = (float)ld(sr, blk);
+            z[j] = 8388608.f + 8.f;
+            zf[j] = 0.f;
+            if (a.zp_kind == 1) z[j] = 8388608.f + (float)((zr[blk >> 1] >> ((blk & 1) * 4)) & 15);
+            else if (a.zp_kind == 2) { z[j] = 8388608.f; zf[j] = (float)ld(zt, blk); }
+        }
+#pragma unroll
+        for (int r = 0; r < NBITS_ROWS; ++r) {
+            if (r >= rows) break;
+            const T* xr = x + (m0 + r) * a.k + k0;
+            float xv[32];
+#pragma unroll
+            for (int c = 0; c < 32; c += W) ldw<T, 16 / sizeof(T)>(xr + c, xv + c);
+            float tot = 0.f;
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                float dot = 0.f;
+#pragma unroll
+                for (int i = 0; i < 8; ++i) {
+                    const float q = __uint_as_float(0x4B000000u | ((words[j] >> (4 * i)) & 15u)) - z[j];
+                    dot += xv[8 * j + i] * q;
+                }
+                if (a.zp_kind == 2) {
+                    float sx = 0.f;
+#pragma unroll
+                    for (int i = 0; i < 8; ++i) sx += xv[8 * j + i];
+                    dot -= zf[j] * sx;
+                }
+                tot += s[j] * dot;
+            }
+            acc[r] += tot;
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < NBITS_ROWS; ++r) {
+        float v = acc[r];
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+        if (lane == 0 && r < rows) {
+            if (a.has_bias) v += (float)ld(bias, col);
+            st(y, (m0 + r) * a.n + col, v);
+        }
+    }
+}
+
 #define NBITS(T, S, BITS)                                                                           \
     extern "C" __global__ void matmul_nbits##BITS##_##S(NBitsArgs a, const T* x, const u8* b,       \
                                                         const T* scales, const void* zp,            \
@@ -110,7 +193,12 @@ __device__ void matmul_nbits(NBitsArgs a, const T* x, const u8* b, const T* scal
         matmul_nbits<T, BITS>(a, x, b, scales, zp, bias, y);                                        \
     }
 
-#define NBITS_ALL(T, S) NBITS(T, S, 2) NBITS(T, S, 4) NBITS(T, S, 8)
+#define NBITS_ALL(T, S) NBITS(T, S, 2) NBITS(T, S, 4) NBITS(T, S, 8)                               \
+    extern "C" __global__ void matmul_nbits4_vec_##S(NBitsArgs a, const T* x, const u8* b,         \
+                                                     const T* scales, const void* zp,               \
+                                                     const T* bias, T* y) {                         \
+        matmul_nbits4_vec<T>(a, x, b, scales, zp, bias, y);                                         \
+    }
 
 NBITS_ALL(float, f32)
 NBITS_ALL(f16, f16)

@@ -1,7 +1,8 @@
 //! com.microsoft `GroupQueryAttention` on the device: `gqa_kv_T` writes the
 //! present key/value buffers (past rows, then the new rows with rotated
-//! keys), then `gqa_attend_T` runs one warp per query row against them with
-//! an online softmax (decoder.cu). `seqlens_k` and `position_ids` are read on
+//! keys; only those where past and present share a buffer), then
+//! `gqa_attend_T` runs one block per query row against them, keys in chunks
+//! with a running maximum and sum (decoder.cu). `seqlens_k` and `position_ids` are read on
 //! the device, so a decode step copies nothing to or from the host; a length
 //! or position outside the buffers fails the run through the fault word.
 //! The present outputs must be requested: they are where the keys live.
@@ -20,8 +21,8 @@ use crate::gpu::{Args, Gpu};
 
 /// The widest head `gqa_attend_*` takes (`GQA_MAX_HEAD` in decoder.cu).
 const MAX_HEAD: usize = 256;
-/// Warps (query rows) per `gqa_attend_*` block (`GQA_WARPS`).
-const WARPS: u64 = 4;
+/// Threads of a `gqa_attend_*` block, one block per query row (`GQA_THREADS`).
+const THREADS: u32 = 256;
 
 /// `GqaArgs` in decoder.cu.
 #[repr(C)]
@@ -50,6 +51,7 @@ struct GqaArgs {
     bias_b: i32,
     bias_n: i32,
     sink_kind: i32,
+    vec: i32,
     scale: f32,
     softcap: f32,
 }
@@ -61,6 +63,8 @@ struct GqaKernel {
     op: GroupQueryAttention,
     kv_entry: &'static str,
     attend_entry: &'static str,
+    /// Bytes of one element of the query, keys and values.
+    elem_bytes: usize,
 }
 
 impl GqaKernel {
@@ -183,6 +187,7 @@ impl GqaKernel {
             bias_b: bias_b as i32,
             bias_n: bias_n as i32,
             sink_kind,
+            vec: 0,
             scale: self.op.scale.unwrap_or_else(|| (1.0 / (h as f64).sqrt()) as f32),
             softcap: self.op.softcap,
         };
@@ -192,11 +197,15 @@ impl GqaKernel {
 
 impl CudaKernel for GqaKernel {
     fn launch(&self, gpu: &Gpu, io: &Io<'_>) -> Result<(), EpError> {
-        let (g, a) = self.args(io)?;
+        let (g, mut a) = self.args(io)?;
         let q = io.in_ptr(0)?;
         let (k, v) = if g.packed { (q, q) } else { (io.in_ptr(1)?, io.in_ptr(2)?) };
         let (pk, pv) = (io.out_ptr(1)?, io.out_ptr(2)?);
-        let kv_len = (g.batch * g.kv_heads * g.present_len * g.head_size) as u64;
+        // 16-byte loads where every key and value row starts on a 16-byte boundary.
+        let row_bytes = g.head_size * self.elem_bytes;
+        a.vec = (row_bytes % 16 == 0 && pk % 16 == 0 && pv % 16 == 0).into();
+        let rows = if a.shared != 0 { g.q_len } else { g.present_len };
+        let kv_len = (g.batch * g.kv_heads * rows * g.head_size) as u64;
         if kv_len > 0 {
             let f = gpu.function(Kernel::Decoder, self.kv_entry)?;
             let launch = Args::new()
@@ -222,15 +231,17 @@ impl CudaKernel for GqaKernel {
             // on the device (and fault).
             unsafe { launch.launch(gpu, &f, gpu.grid(kv_len)) }?;
         }
-        let rows = (g.batch * g.heads * g.q_len) as u64;
+        let rows = g.batch * g.heads * g.q_len;
         if rows == 0 {
             return Ok(());
         }
-        let blocks = u32::try_from(rows.div_ceil(WARPS))
-            .map_err(|_| kernel_err("GroupQueryAttention: too many query rows for one launch"))?;
+        let blocks = u32::try_from(rows)
+            .ok()
+            .filter(|&b| b <= i32::MAX as u32)
+            .ok_or_else(|| kernel_err("GroupQueryAttention: too many query rows for one launch"))?;
         let cfg = LaunchConfig {
             grid_dim: (blocks, 1, 1),
-            block_dim: ((32 * WARPS) as u32, 1, 1),
+            block_dim: (THREADS, 1, 1),
             shared_mem_bytes: 0,
         };
         let f = gpu.function(Kernel::Decoder, self.attend_entry)?;
@@ -274,6 +285,7 @@ fn build(spec: &KernelSpec<'_>) -> Result<Box<dyn CudaKernel>, EpError> {
         op,
         kv_entry: entry("gqa_kv", dtype)?,
         attend_entry: entry("gqa_attend", dtype)?,
+        elem_bytes: dtype.bits() / 8,
     }))
 }
 

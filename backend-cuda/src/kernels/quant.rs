@@ -20,6 +20,8 @@ use crate::gpu::{Args, Gpu};
 const ROWS: u64 = 4;
 /// Warps (output columns) per block (`NBITS_WARPS`).
 const WARPS: u64 = 4;
+/// Warps (output columns) per block of the 4-bit GEMV (`GEMV_WARPS`).
+const GEMV_WARPS: u64 = 8;
 
 /// `NBitsArgs` in quant.cu.
 #[repr(C)]
@@ -40,6 +42,8 @@ unsafe impl cudarc::driver::DeviceRepr for NBitsArgs {}
 struct NBitsKernel {
     op: MatMulNBits,
     name: &'static str,
+    /// `matmul_nbits4_vec_T`, for 4-bit weights.
+    vec_name: Option<&'static str>,
     dtype: DType,
 }
 
@@ -101,12 +105,21 @@ impl CudaKernel for NBitsKernel {
         if grid_y > 65535 {
             return Err(EpError::Unsupported(format!("MatMulNBits over {m} rows on CUDA")));
         }
+        // The 16-byte GEMV where rows of B and A are whole, aligned 16-byte words.
+        let row_bytes = kb * self.op.blob_size();
+        let vec = self.vec_name.filter(|_| {
+            k % 32 == 0
+                && row_bytes % 16 == 0
+                && io.in_ptr(0).is_ok_and(|p| p % 16 == 0)
+                && io.in_ptr(1).is_ok_and(|p| p % 16 == 0)
+        });
+        let warps = if vec.is_some() { GEMV_WARPS } else { WARPS };
         let cfg = LaunchConfig {
-            grid_dim: ((n as u64).div_ceil(WARPS) as u32, grid_y as u32, 1),
-            block_dim: ((32 * WARPS) as u32, 1, 1),
+            grid_dim: ((n as u64).div_ceil(warps) as u32, grid_y as u32, 1),
+            block_dim: ((32 * warps) as u32, 1, 1),
             shared_mem_bytes: 0,
         };
-        let f = gpu.function(Kernel::Quant, self.name)?;
+        let f = gpu.function(Kernel::Quant, vec.unwrap_or(self.name))?;
         let launch = Args::new()
             .push(args)
             .push(io.in_ptr(0)?)
@@ -115,12 +128,15 @@ impl CudaKernel for NBitsKernel {
             .push(io.opt_in_ptr(3))
             .push(io.opt_in_ptr(5))
             .push(io.out_ptr(0)?);
-        // SAFETY: matches `matmul_nbits{bits}_T(NBitsArgs, const T* x, const u8* b,
-        // const T* scales, const void* zp, const T* bias, T* y)`. x holds m × k
-        // elements and y m × n (checked above); b holds n rows of k_blocks × block
-        // × bits / 8 bytes, read in 8-weight words inside each row (block is a
-        // multiple of 8, checked when built); scales n × k_blocks; zero points
-        // as zp_kind says (0: absent, never read); bias n elements when has_bias.
+        // SAFETY: matches `matmul_nbits{bits}_T` and `matmul_nbits4_vec_T`
+        // (NBitsArgs, const T* x, const u8* b, const T* scales, const void* zp,
+        // const T* bias, T* y). x holds m × k elements and y m × n (checked
+        // above); b holds n rows of k_blocks × block × bits / 8 bytes, read in
+        // 8-weight words inside each row (block is a multiple of 8, checked when
+        // built), or in 16-byte words by the GEMV, which is taken only where
+        // every row of b and x starts 16-byte aligned and k is whole 32-weight
+        // words; scales n × k_blocks; zero points as zp_kind says (0: absent,
+        // never read); bias n elements when has_bias.
         unsafe { launch.launch(gpu, &f, cfg) }
     }
 }
@@ -141,7 +157,8 @@ fn build(spec: &KernelSpec<'_>) -> Result<Box<dyn CudaKernel>, EpError> {
         )));
     }
     let name = entry(&format!("matmul_nbits{}", op.bits), dtype)?;
-    Ok(Box::new(NBitsKernel { op, name, dtype }))
+    let vec_name = (op.bits == 4).then(|| entry("matmul_nbits4_vec", dtype)).transpose()?;
+    Ok(Box::new(NBitsKernel { op, name, vec_name, dtype }))
 }
 
 /// `GbqArgs` in quant.cu.

@@ -216,6 +216,24 @@ fn cases() -> Vec<Case> {
             attrs: vec![("causal", A::I(0)), ("smooth_softmax", A::I(1))],
             ..base.clone()
         },
+        Case {
+            name: "decode against a 1,400-row cache at Qwen2.5's 14/2 heads of 64 (keys in two chunks)",
+            batch: 1,
+            heads: 14,
+            head: 64,
+            past: 1400,
+            total: 1300,
+            seqlens: vec![1299],
+            rotary: Some((32, false)),
+            positions: Some(vec![9]),
+            ..base.clone()
+        },
+        Case {
+            name: "heads of 12, whose rows are not whole 16-byte words in f16",
+            head: 12,
+            rotary: Some((6, false)),
+            ..base.clone()
+        },
         base,
     ]
 }

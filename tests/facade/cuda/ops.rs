@@ -170,7 +170,7 @@ fn packed_bytes(len: usize, seed: u64) -> Tensor {
 fn matmul_nbits_dequantizes_on_the_device_and_matches_the_cpu() {
     let Some(p) = gpu() else { return };
     // (bits, block, k, n, rows of A, zero points: 0 none / 1 packed / 2 float, bias)
-    let cases: [(usize, usize, usize, usize, usize, u8, bool); 7] = [
+    let cases: [(usize, usize, usize, usize, usize, u8, bool); 8] = [
         (4, 32, 64, 48, 1, 1, false),
         (4, 32, 40, 33, 5, 1, true), // K not a multiple of the block; 5 rows
         (4, 16, 96, 17, 3, 0, false),
@@ -178,55 +178,64 @@ fn matmul_nbits_dequantizes_on_the_device_and_matches_the_cpu() {
         (4, 128, 256, 8, 2, 1, false),
         (8, 32, 64, 24, 4, 1, true),
         (2, 16, 48, 20, 1, 1, false),
+        (4, 32, 2080, 24, 2, 1, true), // three 16-byte words a lane, the last partial
     ];
+    // f32, and f16 (A, scales, float zero points and bias) between two Casts.
     for (bits, block, k, n, m, zp, bias) in cases {
-        let kb = k.div_ceil(block);
-        let blob = block * bits / 8;
-        let mut b = packed_bytes(n * kb * blob, (bits * 1000 + k) as u64);
-        b = b.reshaped(vec![n, kb, blob]).unwrap();
-        let scales = f32s(&[n * kb], |i| 0.01 + 0.002 * (i % 13) as f32);
-        let mut consts = vec![("b", b), ("scales", scales)];
-        let mut inputs = vec!["a", "b", "scales"];
-        match zp {
-            1 => {
-                let len = n * (kb * bits).div_ceil(8);
-                consts.push(("zp", packed_bytes(len, 77)));
-                inputs.push("zp");
+        for (dtype, tol) in [(DType::F32, 1e-4), (DType::F16, 1e-2)] {
+            let kb = k.div_ceil(block);
+            let blob = block * bits / 8;
+            let mut b = packed_bytes(n * kb * blob, (bits * 1000 + k) as u64);
+            b = b.reshaped(vec![n, kb, blob]).unwrap();
+            let scales = stored_as(&f32s(&[n * kb], |i| 0.01 + 0.002 * (i % 13) as f32), dtype);
+            let mut consts = vec![("b", b), ("scales", scales)];
+            let mut inputs = vec!["a_t", "b", "scales"];
+            match zp {
+                1 => {
+                    let len = n * (kb * bits).div_ceil(8);
+                    consts.push(("zp", packed_bytes(len, 77)));
+                    inputs.push("zp");
+                }
+                2 => {
+                    consts
+                        .push(("zp", stored_as(&f32s(&[n * kb], |i| (i % 5) as f32 + 0.5), dtype)));
+                    inputs.push("zp");
+                }
+                _ => inputs.push(""),
             }
-            2 => {
-                consts.push(("zp", f32s(&[n * kb], |i| (i % 5) as f32 + 0.5)));
-                inputs.push("zp");
+            if bias {
+                inputs.extend(["", "bias"]);
+                consts
+                    .push(("bias", stored_as(&f32s(&[n], |i| (i % 7) as f32 * 0.1 - 0.3), dtype)));
             }
-            _ => inputs.push(""),
+            while inputs.last() == Some(&"") {
+                inputs.pop();
+            }
+            let to = A::I(dtype.to_onnx() as i64);
+            let cast_in = node("Cast", "ca", &["a"], &["a_t"], vec![("to", to)]);
+            let cast_out = node("Cast", "cy", &["y_t"], &["y"], vec![("to", A::I(1))]);
+            let mut op = node(
+                "MatMulNBits",
+                "mm",
+                &inputs,
+                &["y_t"],
+                vec![
+                    ("K", A::I(k as i64)),
+                    ("N", A::I(n as i64)),
+                    ("bits", A::I(bits as i64)),
+                    ("block_size", A::I(block as i64)),
+                ],
+            );
+            op.domain = Some("com.microsoft".into());
+            let bytes = contrib_model(graph(
+                vec![cast_in, op, cast_out],
+                vec![value("a", DType::F32, &[m as i64, k as i64])],
+                vec![value("y", DType::F32, &[m as i64, n as i64])],
+                consts,
+            ));
+            let [want, got] = both(&p, bytes, vec![("a", noise(&[m, k], 9))]);
+            let err = max_rel(&f32_out(&got, "y"), &f32_out(&want, "y"));
+            assert!(err <= tol, "{dtype}: {bits} bits, block {block}, K {k}, N {n}, M {m}: {err}");
         }
-        if bias {
-            inputs.extend(["", "bias"]);
-            consts.push(("bias", f32s(&[n], |i| (i % 7) as f32 * 0.1 - 0.3)));
-        }
-        while inputs.last() == Some(&"") {
-            inputs.pop();
-        }
-        let mut op = node(
-            "MatMulNBits",
-            "mm",
-            &inputs,
-            &["y"],
-            vec![
-                ("K", A::I(k as i64)),
-                ("N", A::I(n as i64)),
-                ("bits", A::I(bits as i64)),
-                ("block_size", A::I(block as i64)),
-            ],
-        );
-        op.domain = Some("com.microsoft".into());
-        let bytes = contrib_model(graph(
-            vec![op],
-            vec![value("a", DType::F32, &[m as i64, k as i64])],
-            vec![value("y", DType::F32, &[m as i64, n as i64])],
-            consts,
-        ));
-        let [want, got] = both(&p, bytes, vec![("a", noise(&[m, k], 9))]);
-        let err = max_rel(&f32_out(&got, "y"), &f32_out(&want, "y"));
-        assert!(err <= 1e-4, "{bits} bits, block {block}, K {k}, N {n}, M {m}: {err}");
     }
 }

@@ -223,6 +223,11 @@ impl<'s> Generator<'s> {
         );
         for kv in &g.layout.kv {
             g.binding.bind_input(&kv.past, &Value::Tensor(empty.clone()))?;
+            if capacity.is_some() {
+                // One buffer for past and present: GroupQueryAttention writes
+                // the new rows in place and the device holds the cache once.
+                g.binding.share_buffer(&kv.present, &kv.past)?;
+            }
         }
         Ok(g)
     }

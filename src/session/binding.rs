@@ -28,6 +28,9 @@ pub struct IoBinding<'s> {
     inputs: HashMap<String, DeviceValue>,
     /// The last run's outputs that are still held, by model output name.
     outputs: HashMap<String, DeviceValue>,
+    /// `(output index, input index)` pairs written into one buffer
+    /// ([`IoBinding::share_buffer`]).
+    shared: Vec<(usize, usize)>,
 }
 
 /// What [`Session::run_binding`] reports; the outputs stay in the binding.
@@ -55,7 +58,12 @@ fn bytes(v: &DeviceValue) -> u64 {
 impl Session {
     /// An empty binding for this session's inputs and outputs.
     pub fn create_binding(&self) -> IoBinding<'_> {
-        IoBinding { session: self, inputs: HashMap::new(), outputs: HashMap::new() }
+        IoBinding {
+            session: self,
+            inputs: HashMap::new(),
+            outputs: HashMap::new(),
+            shared: Vec::new(),
+        }
     }
 
     /// Runs the model on the binding's inputs, blocking, on the session's
@@ -106,7 +114,7 @@ impl Session {
             baselines.push((st.in_use_bytes, st.arena_bytes));
         }
         let opts = RunOptions { release_dead_values: self.release, ..RunOptions::default() };
-        let ran = exec::run(&self.program, &refs, &ordered, opts)
+        let ran = exec::run_sharing(&self.program, &refs, &ordered, opts, &binding.shared)
             .await
             .map_err(|source| Error::Run { device: self.device.clone(), source })?;
         let lent: u64 = ordered.iter().map(bytes).sum();
@@ -181,6 +189,33 @@ impl<'s> IoBinding<'s> {
                 Err(e)
             }
         }
+    }
+
+    /// Has later runs write output `output` into the buffer bound as input
+    /// `input`, as onnxruntime-genai's `past_present_share_buffer` binds a
+    /// decoder's KV cache: the present cache is the past one, updated in
+    /// place, and the device holds it once. It applies where the op making the
+    /// output allows it (com.microsoft `GroupQueryAttention`'s present key and
+    /// value over its past ones), the input is on the session's device and
+    /// has the output's size, and nothing else in the model reads the input;
+    /// elsewhere the output gets a buffer of its own as before. A shared
+    /// output held after a run is the input's buffer: move it back with
+    /// [`bind_output_as_input`](Self::bind_output_as_input) (no copy, nothing
+    /// freed).
+    ///
+    /// # Errors
+    /// [`Error::Input`] for a name the model does not have.
+    pub fn share_buffer(&mut self, output: &str, input: &str) -> Result<()> {
+        self.check_input(input)?;
+        let g = &self.session.model.graph;
+        let o = g.outputs.iter().position(|&o| g.value(o).name == output).ok_or_else(|| {
+            Error::Input { name: output.into(), reason: "the model has no such output".into() }
+        })?;
+        let i = g.inputs.iter().position(|&i| g.value(i).name == input).expect("checked above");
+        if !self.shared.contains(&(o, i)) {
+            self.shared.push((o, i));
+        }
+        Ok(())
     }
 
     /// Moves the last run's output `output` into input `input` without a
@@ -313,9 +348,21 @@ impl<'s> IoBinding<'s> {
         Tensor::from_bytes(dtype, vec![width], data.into()).map_err(|e| bad(e.to_string()))
     }
 
-    /// Bytes the binding holds on the devices now (inputs and outputs).
+    /// Bytes the binding holds on the devices now (inputs and outputs; a
+    /// buffer bound as both counts once).
     pub fn held_bytes(&self) -> u64 {
-        self.inputs.values().chain(self.outputs.values()).map(bytes).sum()
+        let mut seen: Vec<DeviceBuffer> = Vec::new();
+        for b in self.inputs.values().chain(self.outputs.values()).flat_map(buffers) {
+            if !seen.contains(&b) {
+                seen.push(b);
+            }
+        }
+        seen.iter().map(|b| b.size).sum()
+    }
+
+    /// Whether a bound input or a held output still refers to `b`.
+    fn holds(&self, b: DeviceBuffer) -> bool {
+        self.inputs.values().chain(self.outputs.values()).any(|v| buffers(v).contains(&b))
     }
 
     /// Frees every bound input and held output.
@@ -373,9 +420,11 @@ impl<'s> IoBinding<'s> {
         )
     }
 
+    /// Frees `v`'s buffers, except those the binding still holds elsewhere
+    /// (an output written into an input's buffer).
     fn free(&self, v: &DeviceValue) -> Result<()> {
         let mut first = None;
-        for b in buffers(v) {
+        for b in buffers(v).into_iter().filter(|&b| !self.holds(b)) {
             let freed = self.provider_of(b).and_then(|p| {
                 p.deallocate(b).map_err(provider_err(p, "freeing a bound value".into()))
             });

@@ -248,6 +248,60 @@ fn the_genai_config_sets_the_end_of_sequence_token_and_the_maximum_length() {
 }
 
 #[test]
+fn past_and_present_share_one_buffer_so_the_cache_is_held_once() {
+    let f = genai(false);
+    let s = session(&f.model, "cpu");
+    let layout =
+        Generator::new(&s, std::slice::from_ref(&f.prompt), greedy(1)).unwrap().layout().clone();
+    // One run through a binding whose past inputs share their buffers with
+    // the present outputs: afterwards the binding holds the cache once.
+    let (p, rows) = (f.prompt.len(), f.prompt.len() + 16);
+    let before = s.provider().memory_stats().in_use_bytes;
+    let mut b = s.create_binding();
+    let ids = onyx::Tensor::from_vec(vec![1, p], f.prompt.clone()).unwrap();
+    let mut mask = vec![1i64; p];
+    mask.resize(rows, 0);
+    let mask = onyx::Tensor::from_vec(vec![1, rows], mask).unwrap();
+    b.bind_input("input_ids", &onyx::Value::Tensor(ids)).unwrap();
+    b.bind_input("attention_mask", &onyx::Value::Tensor(mask)).unwrap();
+    let empty =
+        onyx::Tensor::zeros(layout.kv_dtype, vec![1, layout.kv_heads, rows, layout.head_dim]);
+    for kv in &layout.kv {
+        b.bind_input(&kv.past, &onyx::Value::Tensor(empty.clone())).unwrap();
+        b.share_buffer(&kv.present, &kv.past).unwrap();
+    }
+    let bound = b.held_bytes();
+    s.run_binding(&mut b).unwrap();
+    let vocab = f.logits.shape()[1] as u64;
+    let logits = 4 * p as u64 * vocab;
+    assert_eq!(b.held_bytes(), bound + logits, "the present cache is the past one");
+    // Moving present to past frees nothing and copies nothing.
+    for kv in &layout.kv {
+        b.bind_output_as_input(&kv.present, &kv.past).unwrap();
+    }
+    assert_eq!(b.held_bytes(), bound + logits);
+    assert_eq!(s.provider().memory_stats().in_use_bytes, before + bound + logits);
+    drop(b);
+    assert_eq!(s.provider().memory_stats().in_use_bytes, before, "each buffer freed once");
+
+    // Through the generator: a step's peak above the weights is the cache
+    // and that step's live set, never two caches.
+    let mut g =
+        Generator::new(&s, std::slice::from_ref(&f.prompt), greedy_to_the_end(200)).unwrap();
+    let got: Vec<i64> = (&mut g).take(16).map(|t| t.unwrap()[0]).collect();
+    assert_eq!(got, f.tokens[..16]);
+    let st = g.stats().clone();
+    eprintln!("{st:?}");
+    assert!(
+        st.peak_bytes < st.weight_bytes + 2 * st.kv_bytes,
+        "peak {} with weights {} and a cache of {}",
+        st.peak_bytes,
+        st.weight_bytes,
+        st.kv_bytes
+    );
+}
+
+#[test]
 fn the_genai_layout_binds_its_cache_once_and_decodes_with_one_input_signature() {
     let f = genai(false);
     let s = session(&f.model, "cpu");

@@ -109,16 +109,26 @@ impl Exec<'_> {
                 continue;
             };
             let v = o.value;
+            // Sharing is the caller's choice, run by run: asked for each time.
+            let shared = self.shared_buffer(cg, frame, s, step, i, o.bytes);
+            if shared.is_some() != matches!(o.place, Place::Shared(_)) {
+                frame.exact = false;
+            }
             let taken = match o.place {
+                _ if shared.is_some() => None,
                 Place::Over(src) => self.in_place(cg, frame, s, o.bytes).filter(|&(_, x)| x == src),
                 _ => None,
             };
-            let key = match taken {
-                Some((key, src)) => {
+            let key = match (shared, taken) {
+                (Some((key, _)), _) => {
+                    self.shared.keys.push(key);
+                    key
+                }
+                (None, Some((key, src))) => {
                     frame.trace.in_place[s] = Some(src);
                     key
                 }
-                None => {
+                (None, None) => {
                     let placed = match (o.place.clone(), frame.arenas[step.provider]) {
                         (Place::Arena(offset), Some(a)) => self.arena_view(a, offset, o.bytes)?,
                         _ => None,

@@ -23,7 +23,7 @@ pub use error::{Error, Result};
 pub use host::{HostRun, StepPoint, run_on_host};
 pub use program::{Action, CompiledGraph, Step};
 pub use replay::{Replays, run_on_host_replayed};
-pub use run::{RunOptions, RunResult, run};
+pub use run::{RunOptions, RunResult, run, run_sharing};
 pub use schedule::{DEFAULT_SCHEDULES, Schedule, Schedules};
 pub use state::HostCost;
 pub use value::DeviceValue;

@@ -9,7 +9,7 @@ use std::pin::Pin;
 use super::Error;
 use super::program::CompiledGraph;
 use super::schedule::{Decision, Recorder, Signature, Use};
-use super::state::{Exec, Frame, HostCost, Outputs};
+use super::state::{Exec, Frame, HostCost, Outputs, Shared};
 use super::value::{DeviceValue, Slot, Val};
 use crate::ep::{ExecutionProvider, TensorArg};
 use crate::graph::ValueId;
@@ -85,6 +85,32 @@ pub async fn run(
     inputs: &[DeviceValue],
     opts: RunOptions,
 ) -> Result<RunResult, Error> {
+    run_sharing(cg, providers, inputs, opts, &[]).await
+}
+
+/// Runs a compiled graph like [`run`], writing graph outputs into the buffers
+/// of graph inputs where `shared` pairs them (`(output index, input index)`):
+/// a decoder's present KV cache written into its past one, as
+/// onnxruntime-genai's `past_present_share_buffer` does. An output is written
+/// there only where the node producing it allows it for that input
+/// ([`Op::shares_buffer`](crate::ops::Op::shares_buffer)), reads it in that
+/// slot, is on the input's device, and nothing reads the input (or a view of
+/// it) after that node; it is then returned as the same buffer as the input,
+/// whose contents the run has changed. Elsewhere the output gets a buffer of
+/// its own, as in [`run`].
+///
+/// # Errors
+/// As [`run`].
+pub async fn run_sharing(
+    cg: &CompiledGraph,
+    providers: &[&dyn ExecutionProvider],
+    inputs: &[DeviceValue],
+    opts: RunOptions,
+    shared: &[(usize, usize)],
+) -> Result<RunResult, Error> {
+    let g = &cg.graph;
+    let pairs =
+        shared.iter().filter_map(|&(o, i)| Some((*g.outputs.get(o)?, *g.inputs.get(i)?))).collect();
     let mut ex = Exec {
         providers,
         bufs: Vec::new(),
@@ -101,6 +127,7 @@ pub async fn run(
         planned_arenas: Vec::new(),
         launch_clock: opts.launch_clock,
         cost: HostCost::default(),
+        shared: Shared { graph: std::ptr::from_ref(cg) as usize, pairs, keys: Vec::new() },
     };
     let started = opts.launch_clock.map(|now| now());
     if opts.measure_timeline {
@@ -377,6 +404,10 @@ impl<'a> Exec<'a> {
                 let b = &self.bufs[slot.key];
                 // An arena view goes back with its arena: outputs get buffers of their own.
                 if b.owned && b.refs == 1 && b.arena.is_none() {
+                    continue;
+                }
+                // An input's buffer the caller shares with this output stays its.
+                if b.refs == 1 && self.shared.keys.contains(&slot.key) {
                     continue;
                 }
                 let (src, bytes, p) = (b.buffer, b.buffer.size, b.provider);

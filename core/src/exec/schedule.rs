@@ -83,6 +83,8 @@ pub(super) enum Place {
     Over(ValueId),
     /// A view at this offset of the provider's arena.
     Arena(u64),
+    /// The buffer of this graph input, which the caller shares with the output.
+    Shared(ValueId),
 }
 
 /// One output of a launch.

@@ -103,6 +103,19 @@ pub(super) struct Exec<'a> {
     /// Times kernel launches when set (see [`RunOptions::launch_clock`](super::RunOptions)).
     pub(super) launch_clock: Option<fn() -> f64>,
     pub(super) cost: HostCost,
+    /// Graph outputs written into graph inputs' buffers (see [`run_sharing`](super::run_sharing)).
+    pub(super) shared: Shared,
+}
+
+/// The outputs a caller shares with inputs, and the buffers handed over so far.
+#[derive(Default)]
+pub(super) struct Shared {
+    /// The top-level graph's address: subgraphs share nothing.
+    pub(super) graph: usize,
+    /// `(graph output, graph input)` value pairs.
+    pub(super) pairs: Vec<(ValueId, ValueId)>,
+    /// Buffer keys of the inputs outputs were written into.
+    pub(super) keys: Vec<usize>,
 }
 
 pub(super) type Outputs = (Vec<Val>, MemoryFigures);

@@ -66,7 +66,10 @@ impl Exec<'_> {
                         continue;
                     };
                     let (dtype, dims, bytes) = concrete(node, &out_facts, i)?;
-                    let reuse = if i == 0
+                    let shared = self.shared_buffer(cg, frame, s, step, i, bytes);
+                    let reuse = if shared.is_some() {
+                        None
+                    } else if i == 0
                         && self.release
                         && self.providers[step.provider].supports_in_place(*kernel)
                     {
@@ -74,12 +77,16 @@ impl Exec<'_> {
                     } else {
                         None
                     };
-                    let (key, place) = match reuse {
-                        Some((key, src)) => {
+                    let (key, place) = match (shared, reuse) {
+                        (Some((key, input)), _) => {
+                            self.shared.keys.push(key);
+                            (key, Place::Shared(input))
+                        }
+                        (None, Some((key, src))) => {
                             frame.trace.in_place[s] = Some(src);
                             (key, Place::Over(src))
                         }
-                        None => {
+                        (None, None) => {
                             let key =
                                 self.alloc(step.provider, bytes, dtype.align() as u32, &|| {
                                     format!("output {i} of {}", node.desc())
@@ -204,6 +211,37 @@ impl Exec<'_> {
             Action::Copy => self.copy_across(cg, frame, node, step.provider).await?,
         }
         Ok(Taken::Other)
+    }
+
+    /// The buffer key and value of the graph input that output `i` (`bytes`
+    /// long) of step `s` is written into, where the caller shares the
+    /// two (see [`run_sharing`](super::run_sharing)) and the op allows it: the
+    /// node reads that input in the op's slot, on this step's provider, and
+    /// nothing reads it or a view of it after this step.
+    pub(super) fn shared_buffer(
+        &self,
+        cg: &CompiledGraph,
+        frame: &Frame,
+        s: usize,
+        step: &Step,
+        i: usize,
+        bytes: u64,
+    ) -> Option<(usize, ValueId)> {
+        if self.shared.pairs.is_empty() || self.shared.graph != std::ptr::from_ref(cg) as usize {
+            return None;
+        }
+        let node = &cg.graph.nodes[step.node.index()];
+        let v = node.outputs.get(i).copied().flatten()?;
+        let &(_, input) = self.shared.pairs.iter().find(|(o, _)| *o == v)?;
+        let (_, slot) = step.op.shares_buffer().into_iter().find(|&(o, _)| o == i)?;
+        let group = cg.plan.view_group[input.index()].index();
+        if node.input(slot) != Some(input) || cg.plan.group_end[group] != s {
+            return None;
+        }
+        let Some(Val::Tensor(x)) = &frame.vals[input.index()] else { return None };
+        let b = &self.bufs[x.key];
+        (!b.owned && b.provider == step.provider && b.buffer.size == bytes && b.arena.is_none())
+            .then_some((x.key, input))
     }
 
     /// The buffer of a dying input that output 0 can take over, if the plan allows and sizes fit.

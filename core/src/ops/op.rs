@@ -32,6 +32,14 @@ pub trait Op: fmt::Debug + Send + Sync + Any {
         vec![]
     }
 
+    /// `(output, input)` slot pairs where a caller may have the output written
+    /// into the buffer of the input (a KV cache's past and present sharing
+    /// one buffer; see `exec::run_sharing`). Every backend's kernel for the op
+    /// must give the same results when the two are one buffer.
+    fn shares_buffer(&self) -> Vec<(usize, usize)> {
+        vec![]
+    }
+
     /// When output 0 is a zero-copy view of an input (same bytes, new shape): that input's slot.
     fn view_of(&self) -> Option<usize> {
         None

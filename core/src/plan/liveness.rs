@@ -48,6 +48,9 @@ pub struct Plan {
     pub in_place: Vec<Vec<(usize, ValueId)>>,
     /// For each value, a representative of its static view group.
     pub view_group: Vec<ValueId>,
+    /// For each view group (indexed by its representative), the last step
+    /// that reads or produces any of its values.
+    pub group_end: Vec<usize>,
 }
 
 impl Plan {
@@ -137,7 +140,17 @@ impl Plan {
             }
         }
 
-        Plan { order, last_use, producer_step, releases, guards, views, in_place, view_group }
+        Plan {
+            order,
+            last_use,
+            producer_step,
+            releases,
+            guards,
+            views,
+            in_place,
+            view_group,
+            group_end,
+        }
     }
 
     /// The guard of a value, if any.

@@ -18,6 +18,7 @@ use rayon::prelude::*;
 use crate::par::Loop;
 
 use super::super::attention::{Round, store};
+use super::super::dispatch::{AsF64, floats};
 use super::super::{CpuKernel, KernelIo, KernelRegistry, unsupported_dtype};
 use super::engine::{softmax, softmax_with_sink};
 use super::rotary::rotate;
@@ -137,7 +138,7 @@ impl GqaKernel {
         let mut q = vec![0f32; b * n * s * h];
         let mut k = vec![0f32; b * kvn * lp * h];
         let mut v = vec![0f32; b * kvn * lp * h];
-        let (pk, pv) = (load_opt(io, 3)?, load_opt(io, 4)?);
+        let (pk, pv) = (load_past(io, 3, 1)?, load_past(io, 4, 2)?);
         if pk.as_ref().map(Vec::len) != pv.as_ref().map(Vec::len) {
             return Err(kernel_err("GroupQueryAttention: past_key and past_value differ"));
         }
@@ -256,6 +257,18 @@ impl GqaKernel {
         product(&mut out, &scores, vals, (s, h, seen), false, 1.0)?;
         Ok(out)
     }
+}
+
+/// Past input `i` widened to f32 when present; read through present output
+/// `o` where the caller binds the two to one buffer (the present is written
+/// only after every read).
+fn load_past(io: &KernelIo, i: usize, o: usize) -> Result<Option<Vec<f32>>, EpError> {
+    if !io.aliased(i, o) {
+        return load_opt(io, i);
+    }
+    let dtype = io.out_view(o)?.dtype;
+    floats!(dtype, T => Ok(Some(io.output::<T>(o)?.iter().map(|v| v.to_f64() as f32).collect())),
+        else Err(kernel_err(format!("GroupQueryAttention: a past cache of {dtype}"))))
 }
 
 impl CpuKernel for GqaKernel {

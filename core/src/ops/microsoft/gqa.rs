@@ -183,6 +183,13 @@ impl Op for GroupQueryAttention {
     fn value_inputs(&self) -> Vec<usize> {
         vec![6]
     }
+
+    /// Present key and value over past key and value, as onnxruntime-genai
+    /// binds them: the kernels write only the new rows when the two are one
+    /// buffer (CUDA), or read the past before writing the present (CPU).
+    fn shares_buffer(&self) -> Vec<(usize, usize)> {
+        vec![(1, 3), (2, 4)]
+    }
 }
 
 /// Refuses what the schema allows but Onyx does not run: the later inputs

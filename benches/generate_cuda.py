@@ -11,7 +11,9 @@ Needs torch, transformers and onnxruntime-genai 0.18's builder (with onnxruntime
 1.32) importable: carry their wheels and put them on PYTHONPATH (TOOLCHAIN.md).
 The folders are built there with `-e cuda`. Every figure comes from a run after a
 warm-up (Onyx's kernels compiled and cached, torch compiled); TTFT is the
-prompt's step and the first token. Prints one JSON object per line and a table.
+prompt's step and the first token. Prints one JSON object per line and a table. Onyx runs twice per precision:
+with its decode steps replayed as one CUDA graph each (the default), and
+with --no-cuda-graph (node by node).
 Also reported: the device's copy bandwidth (a 1 GiB device-to-device copy) and
 physical_limit_fraction = decode tokens/s x (weight bytes / copy bandwidth), the
 share of the bandwidth bound the decode rate reaches. Weight bytes are the
@@ -135,13 +137,14 @@ def main():
         folder = os.path.join(a.work, prec)
         build(hf, folder, prec)
         onyx(a, folder, prompt)  # warm-up: kernels compiled into the cache
-        r = onyx(a, folder, prompt)
-        r.update(runtime="onyx", precision=prec, weight_bytes=weight_bytes(folder))
-        if "decode_tokens_per_s" in r:
-            per_token = r["weight_bytes"] / bw
-            r["physical_limit_fraction"] = per_token * r["decode_tokens_per_s"]
-        rows.append(r)
-        print(json.dumps({k: v for k, v in r.items() if k != "generated_ids"}), flush=True)
+        for name, extra in [("onyx", ()), ("onyx --no-cuda-graph", ("--no-cuda-graph",))]:
+            r = onyx(a, folder, prompt, extra)
+            r.update(runtime=name, precision=prec, weight_bytes=weight_bytes(folder))
+            if "decode_tokens_per_s" in r:
+                per_token = r["weight_bytes"] / bw
+                r["physical_limit_fraction"] = per_token * r["decode_tokens_per_s"]
+            rows.append(r)
+            print(json.dumps({k: v for k, v in r.items() if k != "generated_ids"}), flush=True)
     anchors = ["eager"] + ([] if a.no_compile else ["static"])
     for kind in anchors:
         # Each in its own process: a crash in one (torch.compile) loses only it.

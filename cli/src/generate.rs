@@ -107,6 +107,7 @@ pub fn generate(a: GenerateArgs) -> Result<ExitCode> {
             "ttft_ms": st.time_to_first_token.as_secs_f64() * 1e3,
             "prefill_tokens_per_s": st.prefill_tokens_per_s(),
             "decode_tokens_per_s": st.decode_tokens_per_s(),
+            "replayed_steps": st.replayed_steps,
             "memory": {
                 "peak_bytes": st.peak_bytes,
                 "weight_bytes": st.weight_bytes,

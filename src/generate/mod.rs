@@ -77,6 +77,9 @@ pub struct GenerationStats {
     pub kv_bytes: u64,
     /// The largest live-set bound of any step on the primary device.
     pub live_set_bound_bytes: u64,
+    /// Steps that replayed a recorded run (a CUDA graph) instead of
+    /// launching node by node.
+    pub replayed_steps: usize,
 }
 
 impl GenerationStats {
@@ -276,6 +279,7 @@ impl<'s> Generator<'s> {
         let t0 = Instant::now();
         let start = *self.started.get_or_insert(t0);
         let ran = self.session.run_binding(&mut self.binding)?;
+        self.stats.replayed_steps += usize::from(ran.replayed);
         let m = &ran.memory;
         self.stats.peak_bytes = self.stats.peak_bytes.max(m.weight_bytes + m.peak_bytes);
         self.stats.live_set_bound_bytes =

@@ -6,14 +6,17 @@
 //!
 //! The binding owns its device buffers and frees them (through the
 //! provider's `deallocate`) when they are replaced, when it is cleared and
-//! when it is dropped. Bound runs are eager: they are not recorded as CUDA
-//! graphs.
+//! when it is dropped. Where the session records runs (CUDA graphs), the
+//! binding records its own, keyed by the input shapes and the bound buffers:
+//! a decode step whose inputs stay in the same buffers (new values are
+//! uploaded into them, the KV cache is shared in place) replays one graph.
+//! They are freed with the binding.
 
 use std::collections::HashMap;
 
 use onyx_core::dtype::DType;
 use onyx_core::ep::{DeviceBuffer, ExecutionProvider, TensorArg};
-use onyx_core::exec::{self, DeviceValue, RunOptions};
+use onyx_core::exec::{self, DeviceValue, Replays, RunOptions};
 use onyx_core::shape::Shape;
 use onyx_core::tensor::{Tensor, Value};
 
@@ -31,6 +34,8 @@ pub struct IoBinding<'s> {
     /// `(output index, input index)` pairs written into one buffer
     /// ([`IoBinding::share_buffer`]).
     shared: Vec<(usize, usize)>,
+    /// Runs recorded on this binding's buffers (CUDA graphs), freed with them.
+    replays: Replays,
 }
 
 /// What [`Session::run_binding`] reports; the outputs stay in the binding.
@@ -41,6 +46,8 @@ pub struct BoundRun {
     pub memory: MemoryReport,
     /// Wall time of the run (no transfers: nothing is uploaded or read back).
     pub latency: std::time::Duration,
+    /// The run replayed a recording (a CUDA graph) made on these buffers.
+    pub replayed: bool,
 }
 
 fn buffers(v: &DeviceValue) -> Vec<DeviceBuffer> {
@@ -63,6 +70,7 @@ impl Session {
             inputs: HashMap::new(),
             outputs: HashMap::new(),
             shared: Vec::new(),
+            replays: Replays::new(self.replays.enabled()),
         }
     }
 
@@ -114,9 +122,16 @@ impl Session {
             baselines.push((st.in_use_bytes, st.arena_bytes));
         }
         let opts = RunOptions { release_dead_values: self.release, ..RunOptions::default() };
-        let ran = exec::run_sharing(&self.program, &refs, &ordered, opts, &binding.shared)
-            .await
-            .map_err(|source| Error::Run { device: self.device.clone(), source })?;
+        let (ran, recorded_peak) = exec::run_bound_replayed(
+            &self.program,
+            &refs,
+            &binding.replays,
+            &ordered,
+            opts,
+            &binding.shared,
+        )
+        .await
+        .map_err(|source| Error::Run { device: self.device.clone(), source })?;
         let lent: u64 = ordered.iter().map(bytes).sum();
         let stats: Vec<_> = refs.iter().map(|p| p.memory_stats()).collect();
         let peak: Vec<u64> = stats
@@ -124,7 +139,12 @@ impl Session {
             .zip(&baselines)
             .enumerate()
             .map(|(i, (s, b))| {
-                let own = s.peak_bytes.saturating_sub(b.0);
+                // A replay's intermediates live inside the recording: its
+                // peak is the one measured when it was recorded.
+                let own = match &recorded_peak {
+                    Some(p) => p.get(i).copied().unwrap_or(0),
+                    None => s.peak_bytes.saturating_sub(b.0),
+                };
                 if i == 0 { own + lent } else { own }
             })
             .collect();
@@ -140,7 +160,7 @@ impl Session {
         let names = g.outputs.iter().map(|&o| g.value(o).name.clone());
         binding.outputs = names.zip(ran.outputs).collect();
         let memory = self.memory_report(&ran.figures, ran.releases, &peak, &arena, Vec::new());
-        Ok(BoundRun { memory, latency: start.elapsed() })
+        Ok(BoundRun { memory, latency: start.elapsed(), replayed: recorded_peak.is_some() })
     }
 }
 
@@ -154,6 +174,12 @@ impl<'s> IoBinding<'s> {
     pub fn bind_input(&mut self, name: &str, value: &Value) -> Result<()> {
         self.check_input(name)?;
         let ep = self.session.provider();
+        if let Value::Tensor(t) = value {
+            if let Some(reused) = self.reuse_input(name, t)? {
+                self.inputs.insert(name.into(), reused);
+                return Ok(());
+            }
+        }
         let mut made: Vec<DeviceBuffer> = Vec::new();
         let uploaded = (|| {
             let mut upload = |t: &Tensor| -> Result<TensorArg> {
@@ -370,7 +396,14 @@ impl<'s> IoBinding<'s> {
     /// # Errors
     /// [`Error::Provider`] if a provider rejects a free (the rest are still freed).
     pub fn clear(&mut self) -> Result<()> {
-        let outputs = self.clear_outputs();
+        // Recordings read the bound buffers: they go first.
+        let refs: Vec<&dyn ExecutionProvider> =
+            self.session.providers.iter().map(|p| &**p).collect();
+        let recordings = self
+            .replays
+            .free(&refs)
+            .map_err(|source| Error::Run { device: self.session.device.clone(), source });
+        let outputs = self.clear_outputs().and(recordings);
         let inputs: Vec<DeviceValue> = self.inputs.drain().map(|(_, v)| v).collect();
         let mut first = outputs.err();
         for v in inputs {
@@ -390,6 +423,35 @@ impl<'s> IoBinding<'s> {
             }
         }
         first.map_or(Ok(()), Err)
+    }
+
+    /// `t` uploaded into the buffer already bound as `name`, where that
+    /// buffer is the binding's alone and of `t`'s dtype and byte size: the
+    /// buffer stays where a recorded run reads it. `None` where it cannot be.
+    fn reuse_input(&self, name: &str, t: &Tensor) -> Result<Option<DeviceValue>> {
+        let Some(DeviceValue::Tensor(old)) = self.inputs.get(name) else { return Ok(None) };
+        let Ok(data) = t.bytes() else { return Ok(None) };
+        let ep = self.session.provider();
+        let others = self
+            .inputs
+            .iter()
+            .filter(|(n, _)| n.as_str() != name)
+            .map(|(_, v)| v)
+            .chain(self.outputs.values());
+        let shared = others.flat_map(buffers).any(|b| b == old.buffer);
+        if old.dtype != t.dtype()
+            || old.buffer.size != data.len() as u64
+            || old.buffer.device != ep.device()
+            || shared
+        {
+            return Ok(None);
+        }
+        ep.upload(old.buffer, data).map_err(provider_err(ep, format!("uploading '{name}'")))?;
+        Ok(Some(DeviceValue::Tensor(TensorArg {
+            buffer: old.buffer,
+            dtype: t.dtype(),
+            shape: t.shape().to_vec(),
+        })))
     }
 
     fn check_input(&self, name: &str) -> Result<()> {

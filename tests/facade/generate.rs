@@ -156,10 +156,11 @@ fn greedy_to_the_end(max_new_tokens: usize) -> GenerateOptions {
 
 /// Generates greedily and checks every token and every step's logits.
 fn matches_onnxruntime(f: &Fixture, device: &str, tolerance: f32) {
-    matches_onnxruntime_in(f, &session(&f.model, device), tolerance);
+    let stats = matches_onnxruntime_in(f, &session(&f.model, device), tolerance);
+    assert_eq!(stats.replayed_steps, 0, "{device} records no runs");
 }
 
-fn matches_onnxruntime_in(f: &Fixture, s: &Session, tolerance: f32) {
+fn matches_onnxruntime_in(f: &Fixture, s: &Session, tolerance: f32) -> onyx::GenerationStats {
     let device = s.device();
     let mut g =
         Generator::new(s, std::slice::from_ref(&f.prompt), greedy_to_the_end(NEW_TOKENS)).unwrap();
@@ -177,6 +178,7 @@ fn matches_onnxruntime_in(f: &Fixture, s: &Session, tolerance: f32) {
     }
     assert_eq!(got, f.tokens, "{device}: tokens differ from onnxruntime's");
     assert_eq!(g.stats().generated_tokens, NEW_TOKENS);
+    g.stats().clone()
 }
 
 #[test]
@@ -281,6 +283,16 @@ fn past_and_present_share_one_buffer_so_the_cache_is_held_once() {
     }
     assert_eq!(b.held_bytes(), bound + logits);
     assert_eq!(s.provider().memory_stats().in_use_bytes, before + bound + logits);
+    // A new value of the same size goes into the bound buffer (where a
+    // recorded run reads it); one of another size gets a buffer of its own.
+    let allocations = s.provider().memory_stats().allocations;
+    let next = onyx::Tensor::from_vec(vec![1, p], vec![5i64; p]).unwrap();
+    b.bind_input("input_ids", &onyx::Value::Tensor(next)).unwrap();
+    assert_eq!(s.provider().memory_stats().allocations, allocations);
+    let one = onyx::Tensor::from_vec(vec![1, 1], vec![5i64]).unwrap();
+    b.bind_input("input_ids", &onyx::Value::Tensor(one)).unwrap();
+    assert_eq!(s.provider().memory_stats().allocations, allocations + 1);
+    assert_eq!(b.held_bytes(), bound + logits - 8 * (p as u64 - 1));
     drop(b);
     assert_eq!(s.provider().memory_stats().in_use_bytes, before, "each buffer freed once");
 
@@ -360,12 +372,22 @@ fn greedy_decoding_matches_onnxruntime_on_cuda() {
     let s = cuda_session(&f.model).expect("a CUDA session opened above");
     matches_onnxruntime_in(&f, &s, 1e-3);
     // The genai layout: GroupQueryAttention (rotary inside, seqlens_k on the
-    // device), SkipSimplifiedLayerNormalization, and in int4 the
-    // GatherBlockQuantized embedding.
+    // device, past and present one buffer), SkipSimplifiedLayerNormalization,
+    // and in int4 the GatherBlockQuantized embedding. Its decode steps keep
+    // their inputs in the same buffers, so from the second one each replays
+    // one CUDA graph; with graphs off, every step runs node by node.
     for int4 in [false, true] {
         let f = genai(int4);
         let s = cuda_session(&f.model).expect("a CUDA session opened above");
-        matches_onnxruntime_in(&f, &s, 1e-3);
+        let stats = matches_onnxruntime_in(&f, &s, 1e-3);
+        assert_eq!(stats.replayed_steps, NEW_TOKENS - 2, "int4 {int4}");
+        let eager = Session::builder()
+            .with_device("cuda")
+            .with_strict(true)
+            .with_cuda_graphs(false)
+            .commit_from_file(&f.model)
+            .unwrap();
+        assert_eq!(matches_onnxruntime_in(&f, &eager, 1e-3).replayed_steps, 0);
     }
     // float16 weights, cache and logits, in both layouts.
     for f in [optimum_fp16(), genai_fp16()] {

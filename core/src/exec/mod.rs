@@ -22,7 +22,7 @@ pub use compile::{CompileOptions, ONYX_DOMAIN, Scope, compile, declared_fact};
 pub use error::{Error, Result};
 pub use host::{HostRun, StepPoint, run_on_host};
 pub use program::{Action, CompiledGraph, Step};
-pub use replay::{Replays, run_on_host_replayed};
+pub use replay::{Replays, run_bound_replayed, run_on_host_replayed};
 pub use run::{RunOptions, RunResult, run, run_sharing};
 pub use schedule::{DEFAULT_SCHEDULES, Schedule, Schedules};
 pub use state::HostCost;

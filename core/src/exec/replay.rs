@@ -21,14 +21,16 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use super::Error;
 use super::host::{HostRun, read_back, run_on_host};
 use super::program::CompiledGraph;
-use super::run::{RunOptions, run};
+use super::run::{RunOptions, RunResult, run, run_sharing};
 use super::value::DeviceValue;
 use crate::dtype::DType;
 use crate::ep::{CaptureId, DeviceBuffer, ExecutionProvider, TensorArg};
 use crate::plan::MemoryFigures;
 use crate::tensor::{Tensor, Value};
 
-type Key = Vec<(DType, Vec<usize>)>;
+/// Each input's dtype and shape, and for device inputs (an IO binding's)
+/// the buffer a recording reads it from.
+type Key = Vec<(DType, Vec<usize>, Option<DeviceBuffer>)>;
 
 /// The recorded runs of one compiled graph on its providers, keyed by the
 /// inputs' dtypes and shapes. Owned next to the graph (a session); free it
@@ -72,6 +74,9 @@ enum Out {
     /// Known when recording (a host value folded from shapes and constants,
     /// or an empty optional): the same in every replay.
     Fixed(DeviceValue),
+    /// Written into the buffer of this (lent) input, which the caller shares
+    /// with the output: handed back as that input.
+    Input(usize),
 }
 
 /// Abandons the provider's recording when dropped armed (on a panic).
@@ -104,6 +109,11 @@ impl Replays {
     /// An empty cache; with `enabled` false every run is eager.
     pub fn new(enabled: bool) -> Self {
         Replays { enabled, slots: Mutex::new(HashMap::new()) }
+    }
+
+    /// Whether runs may be recorded at all.
+    pub fn enabled(&self) -> bool {
+        self.enabled
     }
 
     /// How many input shapes have a recording now.
@@ -229,11 +239,203 @@ fn replay_key(
         .iter()
         .map(|v| match v {
             Value::Tensor(t) if t.dtype().byte_size(t.numel()).is_some() => {
-                Some((t.dtype(), t.shape().to_vec()))
+                Some((t.dtype(), t.shape().to_vec(), None))
             }
             _ => None,
         })
         .collect()
+}
+
+/// A recording's output `o` for one replay: `buffers` are the replay's own
+/// outputs in order, `inputs` the run's lent inputs.
+fn replayed_output(
+    o: &Out,
+    buffers: &mut impl Iterator<Item = DeviceBuffer>,
+    inputs: &[DeviceValue],
+) -> Result<DeviceValue, Error> {
+    Ok(match o {
+        Out::Device(dtype, shape) => DeviceValue::Tensor(TensorArg {
+            buffer: buffers
+                .next()
+                .ok_or_else(|| Error::Internal("a replay returned too few outputs".into()))?,
+            dtype: *dtype,
+            shape: shape.clone(),
+        }),
+        Out::Fixed(v) => v.clone(),
+        Out::Input(j) => inputs
+            .get(*j)
+            .cloned()
+            .ok_or_else(|| Error::Internal("a replay's shared input is gone".into()))?,
+    })
+}
+
+/// Runs `cg` on device inputs (an IO binding's) like
+/// [`run_sharing`], recording and replaying as [`run_on_host_replayed`]
+/// does. A recording reads its inputs where they are, so its key holds their
+/// buffers too: it replays while the same buffers are bound (the binding
+/// uploads new values into them), and outputs written into a shared input
+/// come back as that input. Returns the run and, for a replay, the peak bytes
+/// measured while recording (the run's own, lent inputs not included).
+///
+/// # Errors
+/// As [`run_sharing`]; a run whose recording fails is run again eagerly.
+pub async fn run_bound_replayed(
+    cg: &CompiledGraph,
+    providers: &[&dyn ExecutionProvider],
+    replays: &Replays,
+    inputs: &[DeviceValue],
+    opts: RunOptions,
+    shared: &[(usize, usize)],
+) -> Result<(RunResult, Option<Vec<u64>>), Error> {
+    let eager = || async { Ok((run_sharing(cg, providers, inputs, opts, shared).await?, None)) };
+    let key = match bound_key(providers, replays, inputs, &opts) {
+        Some(k) => k,
+        None => return eager().await,
+    };
+    let r = match replays.plan(&key) {
+        Plan::Eager => return eager().await,
+        Plan::Replay(r) => {
+            if r.busy.swap(true, Ordering::Acquire) {
+                return eager().await;
+            }
+            r
+        }
+        Plan::Record => match record_bound(cg, providers[0], inputs, opts, shared).await {
+            Ok(Some(r)) => {
+                let r = Arc::new(r);
+                r.busy.store(true, Ordering::Relaxed);
+                replays.settle(key, Slot::Ready(r.clone()));
+                r
+            }
+            Ok(None) => {
+                replays.settle(key, Slot::Declined);
+                return eager().await;
+            }
+            Err(e) => {
+                replays.settle(key, Slot::Seen);
+                return Err(e);
+            }
+        },
+    };
+    let _busy = Busy(&r.busy);
+    let ep = providers[0];
+    let buffers = ep.replay(r.capture).map_err(provider_err(ep, "replaying a recorded run"))?;
+    let handed = buffers.clone();
+    let mut it = buffers.into_iter();
+    let outputs: Result<Vec<DeviceValue>, Error> =
+        r.outputs.iter().map(|o| replayed_output(o, &mut it, inputs)).collect();
+    let outputs = match outputs {
+        Ok(o) if it.next().is_none() => o,
+        _ => {
+            for b in handed {
+                let _ = ep.deallocate(b);
+            }
+            return Err(Error::Internal("a replay returned other outputs than it recorded".into()));
+        }
+    };
+    let run = RunResult {
+        outputs,
+        figures: r.figures.clone(),
+        releases: r.releases,
+        measured: r.measured.clone(),
+        step_ms: Vec::new(),
+        arena_bytes: r.arena_bytes.clone(),
+        host: None,
+    };
+    Ok((run, Some(r.peak_bytes.clone())))
+}
+
+fn bound_key(
+    providers: &[&dyn ExecutionProvider],
+    replays: &Replays,
+    inputs: &[DeviceValue],
+    opts: &RunOptions,
+) -> Option<Key> {
+    let eligible = replays.enabled
+        && providers.len() == 1
+        && providers[0].supports_capture()
+        && opts.release_dead_values
+        && opts.clock.is_none()
+        && opts.launch_clock.is_none()
+        && !opts.measure_timeline;
+    if !eligible {
+        return None;
+    }
+    inputs
+        .iter()
+        .map(|v| match v {
+            DeviceValue::Tensor(t) => Some((t.dtype, t.shape.clone(), Some(t.buffer))),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Records one run on lent device inputs; `Ok(None)` when it cannot be
+/// recorded (nothing of it ran and nothing of it is left).
+async fn record_bound(
+    cg: &CompiledGraph,
+    ep: &dyn ExecutionProvider,
+    inputs: &[DeviceValue],
+    opts: RunOptions,
+    shared: &[(usize, usize)],
+) -> Result<Option<Recording>, Error> {
+    if let Err(e) = ep.begin_capture() {
+        log::debug!("{} did not start recording: {e}", ep.name());
+        return Ok(None);
+    }
+    ep.reset_peak();
+    let baseline = ep.memory_stats().in_use_bytes;
+    let mut unwinding = Unwinding(Some(ep));
+    let ran = run_sharing(cg, &[ep], inputs, opts, shared).await;
+    unwinding.0 = None;
+    let result = match ran {
+        Ok(r) => r,
+        Err(e) => {
+            ep.abort_capture();
+            log::debug!("bound run not recorded on {}: {e:#}", ep.name());
+            return Ok(None);
+        }
+    };
+    let peak = ep.memory_stats().peak_bytes.saturating_sub(baseline);
+    let lent = |b: DeviceBuffer| {
+        inputs.iter().position(|v| matches!(v, DeviceValue::Tensor(t) if t.buffer == b))
+    };
+    let mut outputs = Vec::with_capacity(result.outputs.len());
+    let mut buffers: Vec<DeviceBuffer> = Vec::new();
+    for v in &result.outputs {
+        outputs.push(match v {
+            DeviceValue::Tensor(t) => match lent(t.buffer) {
+                Some(j) => Out::Input(j),
+                None => {
+                    buffers.push(t.buffer);
+                    Out::Device(t.dtype, t.shape.clone())
+                }
+            },
+            DeviceValue::Host(_) | DeviceValue::Empty { .. } => Out::Fixed(v.clone()),
+            DeviceValue::Sequence(..) => {
+                ep.abort_capture();
+                log::debug!("bound run not recorded on {}: it returns a sequence", ep.name());
+                return Ok(None);
+            }
+        });
+    }
+    match ep.end_capture(&buffers) {
+        Ok(capture) => Ok(Some(Recording {
+            capture,
+            inputs: Vec::new(),
+            outputs,
+            figures: result.figures,
+            releases: result.releases,
+            measured: result.measured,
+            peak_bytes: vec![peak],
+            arena_bytes: result.arena_bytes,
+            busy: AtomicBool::new(false),
+        })),
+        Err(e) => {
+            log::debug!("{} could not build the recording: {e}", ep.name());
+            Ok(None)
+        }
+    }
 }
 
 fn provider_err<'e>(
@@ -373,15 +575,8 @@ async fn replay(
     let outs: Vec<DeviceValue> = r
         .outputs
         .iter()
-        .map(|o| match o {
-            Out::Device(dtype, shape) => DeviceValue::Tensor(TensorArg {
-                buffer: buffers.next().expect("counted above"),
-                dtype: *dtype,
-                shape: shape.clone(),
-            }),
-            Out::Fixed(v) => v.clone(),
-        })
-        .collect();
+        .map(|o| replayed_output(o, &mut buffers, &[]))
+        .collect::<Result<_, _>>()?;
     let outputs = read_back(&[ep], &outs).await?;
     Ok(HostRun {
         outputs,

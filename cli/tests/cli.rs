@@ -75,6 +75,20 @@ fn a_kernel_failure_prints_every_layer_of_the_error_chain() {
 }
 
 #[test]
+fn an_empty_file_and_a_file_of_other_bytes_are_named_as_such() {
+    let dir = tempfile::tempdir().unwrap();
+    let empty = write(dir.path(), "empty.onnx", &[]);
+    let o = onyx(&["info", empty.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("the file is empty"), "{}", stderr(&o));
+    // Field 10 as a varint: valid protobuf, but no IR version and no graph.
+    let other = write(dir.path(), "other.onnx", &[0x50, 0x01]);
+    let o = onyx(&["info", other.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("not an ONNX model"), "{}", stderr(&o));
+}
+
+#[test]
 fn a_truncated_model_is_an_error_not_a_panic() {
     let dir = tempfile::tempdir().unwrap();
     let bytes = small();

@@ -55,6 +55,13 @@ pub enum LoadError {
         #[source]
         source: std::io::Error,
     },
+    /// The file holds no bytes at all.
+    #[error("the file is empty (0 bytes), not an ONNX model")]
+    Empty,
+    /// The bytes decode as protobuf but carry neither an IR version nor a
+    /// graph: some other file.
+    #[error("not an ONNX model: no IR version and no graph")]
+    NotAModel,
     /// The bytes are not a valid ModelProto (truncated or not protobuf at all).
     #[error("not a valid ONNX protobuf (truncated or corrupt file)")]
     Decode(#[from] prost::DecodeError),

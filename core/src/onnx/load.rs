@@ -37,7 +37,13 @@ pub fn load_model_file(path: &Path) -> Result<Model, LoadError> {
 /// # Errors
 /// [`LoadError`] describing what is wrong with the model.
 pub fn load_model_bytes(bytes: Bytes, external: &dyn ExternalData) -> Result<Model, LoadError> {
+    if bytes.is_empty() {
+        return Err(LoadError::Empty);
+    }
     let proto = pb::ModelProto::decode(bytes)?;
+    if proto.ir_version.is_none() && proto.graph.is_none() {
+        return Err(LoadError::NotAModel);
+    }
     model_from_proto(&proto, external)
 }
 

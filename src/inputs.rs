@@ -10,6 +10,16 @@ use onyx_core::tensor::Value;
 use crate::error::{Error, Result};
 use crate::session::IoInfo;
 
+/// The dimensions of `inputs` that generated values leave at 1 because
+/// `dims` does not set them (see [`onyx_core::inputs::defaulted_dims`]).
+pub fn defaulted_dims(inputs: &[IoInfo], dims: &HashMap<String, usize>) -> Vec<String> {
+    let infos: Vec<ValueInfo> = inputs
+        .iter()
+        .map(|i| ValueInfo { name: i.name.clone(), declared: i.declared.clone() })
+        .collect();
+    onyx_core::inputs::defaulted_dims(&infos, dims)
+}
+
 /// Generated values for every input, seeded for reproducibility.
 ///
 /// # Errors

@@ -7,7 +7,7 @@ use anyhow::{Context, Result, bail};
 use serde_json::json;
 
 use crate::args::BenchArgs;
-use crate::io::inputs;
+use crate::io::{dims_hint, inputs};
 
 /// Order statistics of a set of timings, in milliseconds.
 #[derive(Debug, serde::Serialize)]
@@ -48,9 +48,12 @@ pub fn bench(a: BenchArgs) -> Result<ExitCode> {
     let session = open_timed(&a.model, &a.session)?;
     let create = start.elapsed();
     let values = inputs(&session, &a.inputs, &a.session.dims, a.seed)?;
+    let hint = dims_hint(&session, &a.inputs, &a.session.dims);
     let run_once = || -> Result<Duration> {
         let start = Instant::now();
-        session.run(values.clone()).with_context(|| format!("running {}", a.model.display()))?;
+        session
+            .run(values.clone())
+            .with_context(|| format!("running {}{hint}", a.model.display()))?;
         Ok(start.elapsed())
     };
     let first = run_once()?;

@@ -2,7 +2,7 @@
 //! files, summarizing outputs, and formatting sizes.
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -122,6 +122,27 @@ pub fn inputs(
         bail!("--input {name}: the model has no input named '{name}'");
     }
     Ok(out)
+}
+
+/// What to say after "running MODEL" when a run fails: the dimensions the
+/// generated inputs left at 1, and the flag that sets them (empty when every
+/// input came from a file or every dimension was set).
+pub fn dims_hint(
+    session: &Session,
+    files: &[(String, PathBuf)],
+    dims: &[(String, usize)],
+) -> String {
+    let dims: HashMap<String, usize> = dims.iter().cloned().collect();
+    let generated: Vec<_> =
+        session.inputs().into_iter().filter(|i| !files.iter().any(|(n, _)| *n == i.name)).collect();
+    let left = onyx::inputs::defaulted_dims(&generated, &dims);
+    if left.is_empty() {
+        return String::new();
+    }
+    format!(
+        " (inputs generated with {} left at 1; set sizes with --dim NAME=VALUE)",
+        left.join(", ")
+    )
 }
 
 /// The numpy dtype that carries the raw bits of a dtype numpy lacks.

@@ -7,13 +7,15 @@ use onyx::Value;
 use serde_json::json;
 
 use crate::args::RunArgs;
-use crate::io::{bytes, inputs, open, output_file_name, stats};
+use crate::io::{bytes, dims_hint, inputs, open, output_file_name, stats};
 
 pub fn run(a: RunArgs) -> Result<ExitCode> {
     let session = open(&a.model, &a.session, !a.no_release)?;
     let values = inputs(&session, &a.inputs, &a.session.dims, a.seed)?;
-    let run =
-        || session.run(values.clone()).with_context(|| format!("running {}", a.model.display()));
+    let hint = dims_hint(&session, &a.inputs, &a.session.dims);
+    let run = || {
+        session.run(values.clone()).with_context(|| format!("running {}{hint}", a.model.display()))
+    };
     let mut out = run()?;
     for _ in 1..a.repeat {
         out = run()?;

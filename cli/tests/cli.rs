@@ -89,6 +89,28 @@ fn an_empty_file_and_a_file_of_other_bytes_are_named_as_such() {
 }
 
 #[test]
+fn a_run_that_fails_on_defaulted_dimensions_names_them_and_suggests_dim() {
+    // x [d0, 3] reshaped to [2, -1]: d0 left at 1 gives 3 elements, which do not split in two.
+    let shape = Tensor::from_vec(vec![2], vec![2i64, -1]).unwrap();
+    let bytes = model(
+        graph(
+            vec![node("Reshape", "halve", &["x", "shape"], &["y"], vec![])],
+            vec![value("x", DType::F32, &[-1, 3])],
+            vec![value("y", DType::F32, &[2, -1])],
+            vec![("shape", shape)],
+        ),
+        13,
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let m = write(dir.path(), "halve.onnx", &bytes);
+    let o = onyx(&["run", m.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(err.contains("d0 left at 1") && err.contains("--dim NAME=VALUE"), "{err}");
+    assert!(onyx(&["run", m.to_str().unwrap(), "--dim", "d0=2"]).status.success());
+}
+
+#[test]
 fn a_truncated_model_is_an_error_not_a_panic() {
     let dir = tempfile::tempdir().unwrap();
     let bytes = small();

@@ -35,6 +35,27 @@ pub fn concrete_dims(info: &ValueInfo, dims: &HashMap<String, usize>) -> Result<
         .collect())
 }
 
+/// The dimensions of `inputs` that [`concrete_dims`] leaves at 1 because
+/// `dims` does not set them: symbolic ones by name (each once), unnamed ones
+/// as `input[axis]`. What a failed run on generated inputs should mention.
+pub fn defaulted_dims(inputs: &[ValueInfo], dims: &HashMap<String, usize>) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for info in inputs {
+        let Some(shape) = info.declared.as_ref().and_then(|t| t.tensor_shape()) else { continue };
+        for (axis, d) in shape.dims().iter().enumerate() {
+            let name = match d {
+                Dim::Sym(s) if !dims.contains_key(&**s) => s.to_string(),
+                Dim::Unknown => format!("{}[{axis}]", info.name),
+                _ => continue,
+            };
+            if !out.contains(&name) {
+                out.push(name);
+            }
+        }
+    }
+    out
+}
+
 /// A pseudo-random tensor: floats in [-1, 1), integers in [0, 100), bools.
 ///
 /// # Errors

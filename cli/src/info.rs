@@ -42,6 +42,20 @@ pub fn info(a: InfoArgs) -> Result<ExitCode> {
             info.declared.as_ref().map_or("?".into(), |t| t.to_string())
         );
     }
+    // Every symbolic (or unnamed) input dimension, with the size generated
+    // inputs give it: --dim's, else 1.
+    let declared: Vec<_> = g.inputs.iter().map(|&v| g.value(v).clone()).collect();
+    let every = onyx::core::inputs::defaulted_dims(&declared, &Default::default());
+    if !every.is_empty() {
+        let sizes: Vec<String> = every
+            .iter()
+            .map(|d| {
+                let set = a.session.dims.iter().find(|(k, _)| k == d).map(|(_, v)| *v);
+                format!("{d}={}", set.unwrap_or(1))
+            })
+            .collect();
+        println!("dims      {} (generated inputs; set with --dim NAME=VALUE)", sizes.join(", "));
+    }
     println!("outputs");
     for &v in &g.outputs {
         let info = g.value(v);

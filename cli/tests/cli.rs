@@ -247,7 +247,14 @@ fn info_describes_the_model_and_its_planned_memory() {
     let o = onyx(&["info", m.to_str().unwrap(), "--dim", "d0=8"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let text = String::from_utf8_lossy(&o.stdout);
-    for part in ["ir        8", "ai.onnx 13", "MatMul", "live-set bound", "x: float32[d0, 4]"] {
+    for part in [
+        "ir        8",
+        "ai.onnx 13",
+        "MatMul",
+        "live-set bound",
+        "x: float32[d0, 4]",
+        "dims      d0=8 (generated inputs; set with --dim NAME=VALUE)",
+    ] {
         assert!(text.contains(part), "missing '{part}' in:\n{text}");
     }
 }

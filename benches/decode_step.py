@@ -23,6 +23,9 @@ import onnx
 
 def inputs(model, cache, out):
     """NAME=FILE pairs for every graph input at a cache of `cache` rows."""
+    # The builder declares the cache's head dims symbolic: genai_config.json has them.
+    config = os.path.join(os.path.dirname(model), "genai_config.json")
+    decoder = json.load(open(config))["model"]["decoder"] if os.path.exists(config) else {}
     pairs = []
     for i in onnx.load(model, load_external_data=False).graph.input:
         t = i.type.tensor_type
@@ -35,7 +38,8 @@ def inputs(model, cache, out):
         elif i.name == "position_ids":
             x = np.full((1, 1), cache - 1, dt)
         elif i.name.startswith("past_key_values"):
-            x = np.zeros((1, dims[1], cache, dims[3]), dt)
+            kv = dims[1] or decoder["num_key_value_heads"]
+            x = np.zeros((1, kv, cache, dims[3] or decoder["head_size"]), dt)
         else:
             raise SystemExit(f"no value for input {i.name}")
         path = os.path.join(out, i.name + ".npy")

@@ -216,8 +216,9 @@ impl Exec<'_> {
     /// The buffer key and value of the graph input that output `i` (`bytes`
     /// long) of step `s` is written into, where the caller shares the
     /// two (see [`run_sharing`](super::run_sharing)) and the op allows it: the
-    /// node reads that input in the op's slot, on this step's provider, and
-    /// nothing reads it or a view of it after this step.
+    /// node reads that input in the op's slot, on this step's provider,
+    /// nothing reads it or a view of it after this step, and neither is a
+    /// graph output.
     pub(super) fn shared_buffer(
         &self,
         cg: &CompiledGraph,
@@ -234,8 +235,10 @@ impl Exec<'_> {
         let v = node.outputs.get(i).copied().flatten()?;
         let &(_, input) = self.shared.pairs.iter().find(|(o, _)| *o == v)?;
         let (_, slot) = step.op.shares_buffer().into_iter().find(|&(o, _)| o == i)?;
-        let group = cg.plan.view_group[input.index()].index();
-        if node.input(slot) != Some(input) || cg.plan.group_end[group] != s {
+        let group = cg.plan.view_group[input.index()];
+        // A graph output in the input's view group would be returned changed.
+        let returned = cg.graph.outputs.iter().any(|o| cg.plan.view_group[o.index()] == group);
+        if node.input(slot) != Some(input) || cg.plan.group_end[group.index()] != s || returned {
             return None;
         }
         let Some(Val::Tensor(x)) = &frame.vals[input.index()] else { return None };

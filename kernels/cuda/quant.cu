@@ -47,6 +47,23 @@ template <> __device__ __forceinline__ void load8<2>(const u8* row, i64 k0, int*
     for (int j = 0; j < 8; ++j) q[j] = (w >> (2 * j)) & 3;
 }
 
+// Sums each row's partial dot products across the warp and writes output
+// column `col` of rows m0 .. m0 + rows (plus the bias), from lane 0.
+template <typename T>
+__device__ __forceinline__ void store_column(const NBitsArgs& a, const float* acc, int rows, i64 m0,
+                                             i64 col, const T* bias, T* y) {
+#pragma unroll
+    for (int r = 0; r < NBITS_ROWS; ++r) {
+        float v = acc[r];
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+        if ((threadIdx.x & 31) == 0 && r < rows) {
+            if (a.has_bias) v += (float)ld(bias, col);
+            st(y, (m0 + r) * a.n + col, v);
+        }
+    }
+}
+
 template <typename T, int BITS>
 __device__ void matmul_nbits(NBitsArgs a, const T* x, const u8* b, const T* scales, const void* zp,
                              const T* bias, T* y) {
@@ -91,16 +108,7 @@ __device__ void matmul_nbits(NBitsArgs a, const T* x, const u8* b, const T* scal
             }
         }
     }
-#pragma unroll
-    for (int r = 0; r < NBITS_ROWS; ++r) {
-        float v = acc[r];
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-        if (lane == 0 && r < rows) {
-            if (a.has_bias) v += (float)ld(bias, col);
-            st(y, (m0 + r) * a.n + col, v);
-        }
-    }
+    store_column(a, acc, rows, m0, col, bias, y);
 }
 
 // The 4-bit GEMV: one warp per output column, GEMV_WARPS columns a block,
@@ -174,16 +182,7 @@ __device__ void matmul_nbits4_vec(NBitsArgs a, const T* x, const u8* b, const T*
             acc[r] += tot;
         }
     }
-#pragma unroll
-    for (int r = 0; r < NBITS_ROWS; ++r) {
-        float v = acc[r];
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-        if (lane == 0 && r < rows) {
-            if (a.has_bias) v += (float)ld(bias, col);
-            st(y, (m0 + r) * a.n + col, v);
-        }
-    }
+    store_column(a, acc, rows, m0, col, bias, y);
 }
 
 #define NBITS(T, S, BITS)                                                                           \

@@ -386,9 +386,13 @@ impl<'s> IoBinding<'s> {
         seen.iter().map(|b| b.size).sum()
     }
 
-    /// Whether a bound input or a held output still refers to `b`.
-    fn holds(&self, b: DeviceBuffer) -> bool {
-        self.inputs.values().chain(self.outputs.values()).any(|v| buffers(v).contains(&b))
+    /// How many bound inputs and held outputs refer to `b`.
+    fn refs(&self, b: DeviceBuffer) -> usize {
+        self.inputs
+            .values()
+            .chain(self.outputs.values())
+            .filter(|v| buffers(v).contains(&b))
+            .count()
     }
 
     /// Frees every bound input and held output.
@@ -432,17 +436,10 @@ impl<'s> IoBinding<'s> {
         let Some(DeviceValue::Tensor(old)) = self.inputs.get(name) else { return Ok(None) };
         let Ok(data) = t.bytes() else { return Ok(None) };
         let ep = self.session.provider();
-        let others = self
-            .inputs
-            .iter()
-            .filter(|(n, _)| n.as_str() != name)
-            .map(|(_, v)| v)
-            .chain(self.outputs.values());
-        let shared = others.flat_map(buffers).any(|b| b == old.buffer);
         if old.dtype != t.dtype()
             || old.buffer.size != data.len() as u64
             || old.buffer.device != ep.device()
-            || shared
+            || self.refs(old.buffer) > 1
         {
             return Ok(None);
         }
@@ -486,7 +483,7 @@ impl<'s> IoBinding<'s> {
     /// (an output written into an input's buffer).
     fn free(&self, v: &DeviceValue) -> Result<()> {
         let mut first = None;
-        for b in buffers(v).into_iter().filter(|&b| !self.holds(b)) {
+        for b in buffers(v).into_iter().filter(|&b| self.refs(b) == 0) {
             let freed = self.provider_of(b).and_then(|p| {
                 p.deallocate(b).map_err(provider_err(p, "freeing a bound value".into()))
             });

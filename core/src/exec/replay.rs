@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use super::Error;
 use super::host::{HostRun, read_back, run_on_host};
 use super::program::CompiledGraph;
-use super::run::{RunOptions, RunResult, run, run_sharing};
+use super::run::{RunOptions, RunResult, run_sharing};
 use super::value::DeviceValue;
 use crate::dtype::DType;
 use crate::ep::{CaptureId, DeviceBuffer, ExecutionProvider, TensorArg};
@@ -220,19 +220,24 @@ pub async fn run_on_host_replayed(
     }
 }
 
+/// Whether runs with `opts` on `providers` may be recorded: one provider
+/// that records, release on, nothing timed.
+fn eligible(providers: &[&dyn ExecutionProvider], replays: &Replays, opts: &RunOptions) -> bool {
+    replays.enabled
+        && providers.len() == 1
+        && providers[0].supports_capture()
+        && opts.release_dead_values
+        && opts.clock.is_none()
+        && opts.launch_clock.is_none()
+}
+
 fn replay_key(
     providers: &[&dyn ExecutionProvider],
     replays: &Replays,
     inputs: &[Value],
     opts: &RunOptions,
 ) -> Option<Key> {
-    let eligible = replays.enabled
-        && providers.len() == 1
-        && providers[0].supports_capture()
-        && opts.release_dead_values
-        && opts.clock.is_none()
-        && opts.launch_clock.is_none();
-    if !eligible {
+    if !eligible(providers, replays, opts) {
         return None;
     }
     inputs
@@ -269,6 +274,30 @@ fn replayed_output(
     })
 }
 
+/// Replays `r` and gives its outputs on the device (`lent`: the run's lent
+/// inputs, which outputs written into them come back as). The replay's own
+/// buffers are freed if they are not what the recording made.
+fn replay_device(
+    ep: &dyn ExecutionProvider,
+    r: &Recording,
+    lent: &[DeviceValue],
+) -> Result<Vec<DeviceValue>, Error> {
+    let buffers = ep.replay(r.capture).map_err(provider_err(ep, "replaying a recorded run"))?;
+    let handed = buffers.clone();
+    let mut it = buffers.into_iter();
+    let outputs: Result<Vec<DeviceValue>, Error> =
+        r.outputs.iter().map(|o| replayed_output(o, &mut it, lent)).collect();
+    match outputs {
+        Ok(o) if it.next().is_none() => Ok(o),
+        _ => {
+            for b in handed {
+                let _ = ep.deallocate(b);
+            }
+            Err(Error::Internal("a replay returned other outputs than it recorded".into()))
+        }
+    }
+}
+
 /// Runs `cg` on device inputs (an IO binding's) like
 /// [`run_sharing`], recording and replaying as [`run_on_host_replayed`]
 /// does. A recording reads its inputs where they are, so its key holds their
@@ -300,7 +329,7 @@ pub async fn run_bound_replayed(
             }
             r
         }
-        Plan::Record => match record_bound(cg, providers[0], inputs, opts, shared).await {
+        Plan::Record => match record_device(cg, providers[0], inputs, opts, shared).await {
             Ok(Some(r)) => {
                 let r = Arc::new(r);
                 r.busy.store(true, Ordering::Relaxed);
@@ -318,21 +347,7 @@ pub async fn run_bound_replayed(
         },
     };
     let _busy = Busy(&r.busy);
-    let ep = providers[0];
-    let buffers = ep.replay(r.capture).map_err(provider_err(ep, "replaying a recorded run"))?;
-    let handed = buffers.clone();
-    let mut it = buffers.into_iter();
-    let outputs: Result<Vec<DeviceValue>, Error> =
-        r.outputs.iter().map(|o| replayed_output(o, &mut it, inputs)).collect();
-    let outputs = match outputs {
-        Ok(o) if it.next().is_none() => o,
-        _ => {
-            for b in handed {
-                let _ = ep.deallocate(b);
-            }
-            return Err(Error::Internal("a replay returned other outputs than it recorded".into()));
-        }
-    };
+    let outputs = replay_device(providers[0], &r, inputs)?;
     let run = RunResult {
         outputs,
         figures: r.figures.clone(),
@@ -351,14 +366,7 @@ fn bound_key(
     inputs: &[DeviceValue],
     opts: &RunOptions,
 ) -> Option<Key> {
-    let eligible = replays.enabled
-        && providers.len() == 1
-        && providers[0].supports_capture()
-        && opts.release_dead_values
-        && opts.clock.is_none()
-        && opts.launch_clock.is_none()
-        && !opts.measure_timeline;
-    if !eligible {
+    if !eligible(providers, replays, opts) {
         return None;
     }
     inputs
@@ -371,8 +379,9 @@ fn bound_key(
 }
 
 /// Records one run on lent device inputs; `Ok(None)` when it cannot be
-/// recorded (nothing of it ran and nothing of it is left).
-async fn record_bound(
+/// recorded (nothing of it ran and nothing of it is left). The recording owns
+/// no inputs, and its peak leaves them out.
+async fn record_device(
     cg: &CompiledGraph,
     ep: &dyn ExecutionProvider,
     inputs: &[DeviceValue],
@@ -383,16 +392,21 @@ async fn record_bound(
         log::debug!("{} did not start recording: {e}", ep.name());
         return Ok(None);
     }
+    // Measured from here: while this thread records, the provider keeps
+    // other threads' sessions (which share its figures) waiting.
     ep.reset_peak();
     let baseline = ep.memory_stats().in_use_bytes;
+    // A panic inside the recorded run must not leave the provider recording
+    // (its other callers would wait at its gate for ever).
     let mut unwinding = Unwinding(Some(ep));
     let ran = run_sharing(cg, &[ep], inputs, opts, shared).await;
     unwinding.0 = None;
     let result = match ran {
         Ok(r) => r,
         Err(e) => {
+            // Whatever the run allocated was freed in the recording; abandoning it drops all.
             ep.abort_capture();
-            log::debug!("bound run not recorded on {}: {e:#}", ep.name());
+            log::debug!("run not recorded on {}: {e:#}", ep.name());
             return Ok(None);
         }
     };
@@ -414,7 +428,7 @@ async fn record_bound(
             DeviceValue::Host(_) | DeviceValue::Empty { .. } => Out::Fixed(v.clone()),
             DeviceValue::Sequence(..) => {
                 ep.abort_capture();
-                log::debug!("bound run not recorded on {}: it returns a sequence", ep.name());
+                log::debug!("run not recorded on {}: it returns a sequence", ep.name());
                 return Ok(None);
             }
         });
@@ -490,66 +504,17 @@ async fn record(
             return Err(e);
         }
     }
-    if let Err(e) = ep.begin_capture() {
-        log::debug!("{} did not start recording: {e}", ep.name());
-        free_owned(&owned);
-        return Ok(None);
-    }
-    // Measured from here: while this thread records, the provider keeps
-    // other threads' sessions (which share its figures) waiting.
-    ep.reset_peak();
-    let baseline = ep.memory_stats().in_use_bytes;
     let input_bytes: u64 = owned.iter().map(|t| t.buffer.size).sum();
-    // A panic inside the recorded run must not leave the provider recording
-    // (its other callers would wait at its gate for ever).
-    let mut unwinding = Unwinding(Some(ep));
     let device_inputs: Vec<DeviceValue> = owned.iter().cloned().map(DeviceValue::Tensor).collect();
-    let ran = run(cg, &[ep], &device_inputs, opts).await;
-    unwinding.0 = None;
-    let result = match ran {
-        Ok(r) => r,
-        Err(e) => {
-            // Whatever the run allocated was freed in the recording; abandoning it drops all.
-            ep.abort_capture();
-            log::debug!("run not recorded on {}: {e:#}", ep.name());
-            free_owned(&owned);
-            return Ok(None);
+    match record_device(cg, ep, &device_inputs, opts, &[]).await {
+        Ok(Some(mut r)) => {
+            r.peak_bytes[0] += input_bytes;
+            r.inputs = owned;
+            Ok(Some(r))
         }
-    };
-    let peak = ep.memory_stats().peak_bytes.saturating_sub(baseline) + input_bytes;
-    let mut outputs = Vec::with_capacity(result.outputs.len());
-    let mut buffers: Vec<DeviceBuffer> = Vec::new();
-    for v in &result.outputs {
-        outputs.push(match v {
-            DeviceValue::Tensor(t) => {
-                buffers.push(t.buffer);
-                Out::Device(t.dtype, t.shape.clone())
-            }
-            DeviceValue::Host(_) | DeviceValue::Empty { .. } => Out::Fixed(v.clone()),
-            DeviceValue::Sequence(..) => {
-                ep.abort_capture();
-                log::debug!("run not recorded on {}: it returns a sequence", ep.name());
-                free_owned(&owned);
-                return Ok(None);
-            }
-        });
-    }
-    match ep.end_capture(&buffers) {
-        Ok(capture) => Ok(Some(Recording {
-            capture,
-            inputs: owned,
-            outputs,
-            figures: result.figures,
-            releases: result.releases,
-            measured: result.measured,
-            peak_bytes: vec![peak],
-            arena_bytes: result.arena_bytes,
-            busy: AtomicBool::new(false),
-        })),
-        Err(e) => {
-            log::debug!("{} could not build the recording: {e}", ep.name());
+        other => {
             free_owned(&owned);
-            Ok(None)
+            other
         }
     }
 }
@@ -563,20 +528,7 @@ async fn replay(
     for (to, t) in r.inputs.iter().zip(tensors(inputs)) {
         upload(ep, to, t)?;
     }
-    let buffers = ep.replay(r.capture).map_err(provider_err(ep, "replaying a recorded run"))?;
-    let on_device = r.outputs.iter().filter(|o| matches!(o, Out::Device(..))).count();
-    if buffers.len() != on_device {
-        for b in buffers {
-            let _ = ep.deallocate(b);
-        }
-        return Err(Error::Internal("a replay returned other outputs than it recorded".into()));
-    }
-    let mut buffers = buffers.into_iter();
-    let outs: Vec<DeviceValue> = r
-        .outputs
-        .iter()
-        .map(|o| replayed_output(o, &mut buffers, &[]))
-        .collect::<Result<_, _>>()?;
+    let outs = replay_device(ep, r, &[])?;
     let outputs = read_back(&[ep], &outs).await?;
     Ok(HostRun {
         outputs,

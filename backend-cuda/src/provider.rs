@@ -400,6 +400,7 @@ impl ExecutionProvider for CudaProvider {
             skip_layer_norm: true,
             biased_gemm: true,
             conv_activation: false,
+            gated_matmul_nbits: self.supports_op(onyx_core::graph::ONYX_DOMAIN, "GatedMatMulNBits"),
         }
     }
 

@@ -59,6 +59,7 @@ impl ExecutionProvider for FusingCpu {
             attention: true,
             skip_layer_norm: true,
             biased_gemm: true,
+            gated_matmul_nbits: true,
         }
     }
     fn prepare(&self, spec: &KernelSpec<'_>) -> Result<KernelId, EpError> {

@@ -186,9 +186,18 @@ fn greedy_decoding_matches_onnxruntime_on_the_optimum_layout() {
     matches_onnxruntime(&optimum_fp32(), "cpu", 1e-4);
 }
 
+/// How many nodes of `op` the session runs.
+fn ops_placed(s: &Session, op: &str) -> usize {
+    s.placement().into_iter().filter(|(n, _)| n.op_type == op).count()
+}
+
 #[test]
 fn greedy_decoding_matches_onnxruntime_on_the_optimum_layout_in_int4() {
-    matches_onnxruntime(&optimum_int4(), "cpu", 1e-4);
+    let f = optimum_int4();
+    matches_onnxruntime(&f, "cpu", 1e-4);
+    // Each of the 4 layers' gate and up projections and SiLU run as one op.
+    let s = session(&f.model, "cpu");
+    assert_eq!((ops_placed(&s, "GatedMatMulNBits"), ops_placed(&s, "Sigmoid")), (4, 0));
 }
 
 #[test]
@@ -206,7 +215,10 @@ fn greedy_decoding_matches_onnxruntime_on_the_genai_layout() {
 
 #[test]
 fn greedy_decoding_matches_onnxruntime_on_the_genai_layout_in_int4() {
-    matches_onnxruntime(&genai(true), "cpu", 1e-4);
+    let f = genai(true);
+    matches_onnxruntime(&f, "cpu", 1e-4);
+    let s = session(&f.model, "cpu");
+    assert_eq!((ops_placed(&s, "GatedMatMulNBits"), ops_placed(&s, "Sigmoid")), (2, 0));
 }
 
 /// float16 logits differ from onnxruntime's by a few steps of 0.008 (their

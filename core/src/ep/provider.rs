@@ -145,12 +145,14 @@ pub trait ExecutionProvider: MaybeSendSync {
     /// The fused forms of op chains this provider runs better than the
     /// chains. By default the two every provider gains from (a Conv with a
     /// BatchNormalization folded into its weights is a plain Conv; `Gelu`
-    /// is one elementwise pass), and `FusedConv` where the provider has it.
+    /// is one elementwise pass), and `FusedConv` and `GatedMatMulNBits`
+    /// where the provider has them.
     fn fusions(&self) -> Fusions {
         Fusions {
             conv_batch_norm: true,
             gelu: true,
             conv_activation: self.supports_op(crate::graph::MICROSOFT_DOMAIN, "FusedConv"),
+            gated_matmul_nbits: self.supports_op(crate::graph::ONYX_DOMAIN, "GatedMatMulNBits"),
             ..Fusions::default()
         }
     }

@@ -111,6 +111,9 @@ pub struct Fusions {
     pub skip_layer_norm: bool,
     /// `MatMul(x, W) + bias` with constant weights as a `Gemm` between views.
     pub biased_gemm: bool,
+    /// A gated feed-forward's two MatMulNBits and `silu(g) ⊙ u` as one
+    /// `onyx` `GatedMatMulNBits`.
+    pub gated_matmul_nbits: bool,
 }
 
 /// A tensor argument for a kernel launch: a buffer with the dtype and shape it holds now.

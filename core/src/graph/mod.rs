@@ -7,4 +7,6 @@ mod types;
 
 pub use ir::{Attribute, Attributes, Graph, Model, Node};
 pub use order::topological_order;
-pub use types::{DEFAULT_DOMAIN, MICROSOFT_DOMAIN, NodeId, TypeInfo, ValueId, ValueInfo};
+pub use types::{
+    DEFAULT_DOMAIN, MICROSOFT_DOMAIN, NodeId, ONYX_DOMAIN, TypeInfo, ValueId, ValueInfo,
+};

@@ -12,6 +12,10 @@ pub const DEFAULT_DOMAIN: &str = "ai.onnx";
 /// onnxruntime's contrib-op domain.
 pub const MICROSOFT_DOMAIN: &str = "com.microsoft";
 
+/// Onyx's own domain: nodes its passes write (device copies, fused ops),
+/// never read from a file.
+pub const ONYX_DOMAIN: &str = "onyx";
+
 /// Index of a value in [`Graph::values`](super::Graph::values).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ValueId(pub u32);

@@ -255,26 +255,72 @@ impl Rows4 {
     }
 }
 
-struct NBitsKernel {
-    op: MatMulNBits,
+pub(super) struct NBitsKernel {
+    pub(super) op: MatMulNBits,
     /// The constant weights, still packed.
     packed: Option<Arc<Packed>>,
+    /// The input index of B (scales and zero points follow it).
+    base: usize,
+    /// Whether input 4 may be a `g_idx` (MatMulNBits itself).
+    with_g_idx: bool,
 }
 
 impl NBitsKernel {
-    fn weight(&self, io: &KernelIo) -> Result<Vec<f32>, EpError> {
-        let scales = load_f32(io, 2)?;
-        let zf = match io.input_view(3) {
-            Some(v) if v.dtype != DType::U8 => load_opt(io, 3)?,
+    /// The kernel for `op`, with its weights kept packed where inputs
+    /// `base` .. `base + 2` (B, scales, zero points) are constants and
+    /// `g_idx` (`with_g_idx`: input 4) is absent.
+    ///
+    /// # Errors
+    /// [`EpError::Kernel`] when constant weights do not fit `op`.
+    pub(super) fn new(
+        s: &KernelSpec<'_>,
+        op: MatMulNBits,
+        base: usize,
+        with_g_idx: bool,
+    ) -> Result<Self, EpError> {
+        let value = |i: usize| s.input_values.get(i).and_then(Option::as_ref);
+        let given = |i: usize| s.input_dtypes.get(i).is_some_and(Option::is_some);
+        let constant = (base..base + 3).all(|i| !given(i) || value(i).is_some());
+        let g_idx = with_g_idx && given(4);
+        let packed = match (constant && !g_idx, value(base), value(base + 1)) {
+            (true, Some(b), Some(scales)) => {
+                Some(Arc::new(Packed::new(&op, b, scales, value(base + 2))?))
+            }
             _ => None,
         };
-        let zp = match (&zf, io.input_view(3)) {
+        Ok(NBitsKernel { op, packed, base, with_g_idx })
+    }
+
+    fn weight(&self, io: &KernelIo) -> Result<Vec<f32>, EpError> {
+        let base = self.base;
+        let scales = load_f32(io, base + 1)?;
+        let zf = match io.input_view(base + 2) {
+            Some(v) if v.dtype != DType::U8 => load_opt(io, base + 2)?,
+            _ => None,
+        };
+        let zp = match (&zf, io.input_view(base + 2)) {
             (Some(z), _) => Some(ZeroPoints::Float(z)),
-            (None, Some(_)) => Some(ZeroPoints::Packed(io.input::<u8>(3)?)),
+            (None, Some(_)) => Some(ZeroPoints::Packed(io.input::<u8>(base + 2)?)),
             (None, None) => None,
         };
-        let g = if io.input_view(4).is_some() { Some(io.input::<i32>(4)?) } else { None };
-        dequantize(&self.op, io.input::<u8>(1)?, &scales, zp, g)
+        let g = if self.with_g_idx && io.input_view(4).is_some() {
+            Some(io.input::<i32>(4)?)
+        } else {
+            None
+        };
+        dequantize(&self.op, io.input::<u8>(base)?, &scales, zp, g)
+    }
+
+    /// `a · Wᵀ` for the `m` rows of `a`.
+    pub(super) fn project(&self, io: &KernelIo, a: &[f32], m: usize) -> Result<Vec<f32>, EpError> {
+        let (n, k) = (self.op.n, self.op.k);
+        let mut y = vec![0f32; m * n];
+        match &self.packed {
+            Some(p) if m <= GEMV_ROWS => self.gemv(p, a, m, &mut y),
+            Some(p) => self.tiled(p, a, m, &mut y)?,
+            None => product(&mut y, a, &self.weight(io)?, (m, n, k), true, 1.0)?,
+        }
+        Ok(y)
     }
 }
 
@@ -328,15 +374,10 @@ impl NBitsKernel {
 
 impl CpuKernel for NBitsKernel {
     fn run(&self, io: &mut KernelIo) -> Result<(), EpError> {
-        let (n, k) = (self.op.n, self.op.k);
+        let n = self.op.n;
         let a = load_f32(io, 0)?;
-        let m = a.len().checked_div(k).unwrap_or(0);
-        let mut y = vec![0f32; m * n];
-        match &self.packed {
-            Some(p) if m <= GEMV_ROWS => self.gemv(p, &a, m, &mut y),
-            Some(p) => self.tiled(p, &a, m, &mut y)?,
-            None => product(&mut y, &a, &self.weight(io)?, (m, n, k), true, 1.0)?,
-        }
+        let m = a.len().checked_div(self.op.k).unwrap_or(0);
+        let mut y = self.project(io, &a, m)?;
         if let Some(bias) = load_opt(io, 5)? {
             if bias.len() != n {
                 return Err(kernel_err(format!("MatMulNBits: bias of {} for N {n}", bias.len())));
@@ -353,14 +394,7 @@ fn build(s: &KernelSpec<'_>) -> Result<Box<dyn CpuKernel>, EpError> {
         return Err(unsupported_dtype("MatMulNBits", dtype));
     }
     let op = s.op_as::<MatMulNBits>()?.clone();
-    let value = |i: usize| s.input_values.get(i).and_then(Option::as_ref);
-    let given = |i: usize| s.input_dtypes.get(i).is_some_and(Option::is_some);
-    let constant = (1..5).all(|i| !given(i) || value(i).is_some());
-    let packed = match (constant && !given(4), value(1), value(2)) {
-        (true, Some(b), Some(scales)) => Some(Arc::new(Packed::new(&op, b, scales, value(3))?)),
-        _ => None,
-    };
-    Ok(Box::new(NBitsKernel { op, packed }))
+    Ok(Box::new(NBitsKernel::new(s, op, 1, true)?))
 }
 
 /// Registers `MatMulNBits` in `com.microsoft`.
@@ -405,7 +439,7 @@ mod tests {
             )
             .unwrap();
             let w = dequantize(&op, &bytes, &scales, Some(ZeroPoints::Packed(&zp)), None).unwrap();
-            let kernel = NBitsKernel { op: op.clone(), packed: None };
+            let kernel = NBitsKernel { op: op.clone(), packed: None, base: 1, with_g_idx: true };
             for m in [1, 3, 6] {
                 let a: Vec<f32> = (0..m * k).map(|i| ((i * 13) % 17) as f32 * 0.1 - 0.8).collect();
                 let mut want = vec![0f32; m * n];

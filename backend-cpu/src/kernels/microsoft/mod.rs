@@ -1,13 +1,14 @@
 //! CPU kernels for onnxruntime's contrib ops (`com.microsoft`): the Gelu
 //! family and BiasAdd, RotaryEmbedding, Attention and MultiHeadAttention,
 //! GroupQueryAttention, MatMulNBits, GatherBlockQuantized and
-//! DynamicQuantizeLSTM. They compute in
+//! DynamicQuantizeLSTM; and Onyx's fused `GatedMatMulNBits`. They compute in
 //! f32 (f16 and bf16 are widened on load and rounded on store, with the
 //! roundings onnxruntime's own buffers imply where it matters).
 
 mod activations;
 mod attention;
 mod engine;
+mod gated;
 mod gather_block;
 mod gqa;
 mod matmul_nbits;
@@ -27,6 +28,7 @@ pub(crate) fn register_all(r: &mut KernelRegistry) {
     attention::register_all(r);
     gqa::register_all(r);
     matmul_nbits::register_all(r);
+    gated::register_all(r);
     gather_block::register_all(r);
     quantized_lstm::register_all(r);
 }

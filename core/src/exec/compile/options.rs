@@ -6,8 +6,7 @@ use std::collections::HashMap;
 use crate::graph::{TypeInfo, ValueId};
 use crate::ops::{Fact, OpRegistry};
 
-/// The domain of nodes the planner inserts (device copies).
-pub const ONYX_DOMAIN: &str = "onyx";
+pub use crate::graph::ONYX_DOMAIN;
 
 /// Compilation settings.
 pub struct CompileOptions<'a> {

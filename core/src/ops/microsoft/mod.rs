@@ -2,7 +2,8 @@
 //! live in [`norm`](super::norm)): the Gelu family and BiasAdd
 //! ([`activations`]), RotaryEmbedding ([`rotary`]), Attention and
 //! MultiHeadAttention ([`attention`]), GroupQueryAttention ([`gqa`]), and the
-//! block-quantized MatMulNBits and GatherBlockQuantized ([`quant`]).
+//! block-quantized MatMulNBits and GatherBlockQuantized ([`quant`]); and
+//! Onyx's own `GatedMatMulNBits` over MatMulNBits weights ([`gated`]).
 //!
 //! The semantics are onnxruntime's (its contrib-op documentation and CPU
 //! kernels), which the `ort` conformance suite checks case by case.
@@ -10,6 +11,7 @@
 pub mod activations;
 pub mod attention;
 mod common;
+pub mod gated;
 pub mod gqa;
 pub mod quant;
 pub mod rotary;
@@ -23,4 +25,5 @@ pub fn register_all(r: &mut OpRegistry) {
     attention::register_all(r);
     gqa::register_all(r);
     quant::register_all(r);
+    gated::register_all(r);
 }

@@ -6,7 +6,7 @@
 use super::common::{bad, float_input, is_half_or_single, positive, same_dtype};
 use crate::dtype::DType;
 use crate::error::OpError;
-use crate::graph::MICROSOFT_DOMAIN;
+use crate::graph::{MICROSOFT_DOMAIN, Node};
 use crate::ops::{Fact, InferInputs, Op, OpRegistry, check_inputs};
 use crate::shape::{Dim, Shape, normalize_axis};
 
@@ -39,20 +39,81 @@ impl MatMulNBits {
     }
 }
 
-impl Op for MatMulNBits {
-    fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<Fact>, OpError> {
-        let a = float_input(inputs, 0)?;
-        same_dtype(inputs, 1, DType::U8)?;
-        same_dtype(inputs, 2, a.dtype)?;
-        if let Some(zp) = inputs.opt(3) {
-            if zp.dtype != DType::U8 && zp.dtype != a.dtype {
+impl MatMulNBits {
+    /// The shape a node's `K`, `N`, `bits` and `block_size` give.
+    ///
+    /// # Errors
+    /// [`OpError`] for a missing attribute, bits other than 2, 4 or 8, or
+    /// blocks that are not whole bytes.
+    pub fn from_attrs(n: &Node) -> Result<Self, OpError> {
+        let bits = match n.attrs.int_or("bits", 4)? {
+            b @ (2 | 4 | 8) => b as usize,
+            b => return Err(bad("bits", format!("{b} is not 2, 4 or 8"))),
+        };
+        let block_size = positive(n, "block_size")?;
+        if block_size * bits % 8 != 0 {
+            return Err(bad("block_size", format!("{block_size} blocks of {bits} bits")));
+        }
+        Ok(MatMulNBits { k: positive(n, "K")?, n: positive(n, "N")?, bits, block_size })
+    }
+
+    /// Checks one set of quantized weights of this shape for an A of dtype
+    /// `a`: B (uint8) at input `b`, its scales (A's dtype) at `b + 1` and
+    /// optional zero points (uint8 or A's dtype) at `b + 2`.
+    ///
+    /// # Errors
+    /// [`OpError::InputDType`] or [`OpError::Shape`] naming the input.
+    pub fn check_weights(
+        &self,
+        inputs: &InferInputs<'_>,
+        a: DType,
+        b: usize,
+    ) -> Result<(), OpError> {
+        same_dtype(inputs, b, DType::U8)?;
+        same_dtype(inputs, b + 1, a)?;
+        if let Some(zp) = inputs.opt(b + 2) {
+            if zp.dtype != DType::U8 && zp.dtype != a {
                 return Err(OpError::InputDType {
-                    index: 3,
+                    index: b + 2,
                     dtype: zp.dtype,
-                    expected: format!("uint8 or {}", a.dtype),
+                    expected: format!("uint8 or {a}"),
                 });
             }
         }
+        if let Some(dims) = inputs.get(b)?.dims() {
+            let want = self.n * self.k_blocks() * self.blob_size();
+            if dims.iter().product::<usize>() != want || dims.first() != Some(&self.n) {
+                return Err(OpError::Shape(format!(
+                    "MatMulNBits: B {dims:?} for N {}, K {}, {} bits in blocks of {}",
+                    self.n, self.k, self.bits, self.block_size
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// The output's fact for input A's: `[.., N]` from `[.., K]`.
+    ///
+    /// # Errors
+    /// [`OpError::Shape`] for a scalar A or one whose last dim is not K.
+    pub fn output(&self, a: &Fact) -> Result<Fact, OpError> {
+        let Some(sa) = &a.shape else { return Ok(Fact::unranked(a.dtype)) };
+        let Some(last) = sa.0.last() else {
+            return Err(OpError::Shape("MatMulNBits: A is a scalar".into()));
+        };
+        if last.known().is_some_and(|k| k != self.k) {
+            return Err(OpError::Shape(format!("MatMulNBits: A {sa:?} for K = {}", self.k)));
+        }
+        let mut out = sa.0.clone();
+        *out.last_mut().expect("checked above") = Dim::Known(self.n);
+        Ok(Fact::new(a.dtype, Shape(out)))
+    }
+}
+
+impl Op for MatMulNBits {
+    fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<Fact>, OpError> {
+        let a = float_input(inputs, 0)?;
+        self.check_weights(inputs, a.dtype, 1)?;
         if let Some(g) = inputs.opt(4) {
             if g.dtype != DType::I32 {
                 return Err(OpError::InputDType {
@@ -63,25 +124,7 @@ impl Op for MatMulNBits {
             }
         }
         same_dtype(inputs, 5, a.dtype)?;
-        let Some(sa) = &a.shape else { return Ok(vec![Fact::unranked(a.dtype)]) };
-        let Some(last) = sa.0.last() else {
-            return Err(OpError::Shape("MatMulNBits: A is a scalar".into()));
-        };
-        if last.known().is_some_and(|k| k != self.k) {
-            return Err(OpError::Shape(format!("MatMulNBits: A {sa:?} for K = {}", self.k)));
-        }
-        if let Some(b) = inputs.get(1)?.dims() {
-            let want = self.n * self.k_blocks() * self.blob_size();
-            if b.iter().product::<usize>() != want || b.first() != Some(&self.n) {
-                return Err(OpError::Shape(format!(
-                    "MatMulNBits: B {b:?} for N {}, K {}, {} bits in blocks of {}",
-                    self.n, self.k, self.bits, self.block_size
-                )));
-            }
-        }
-        let mut out = sa.0.clone();
-        *out.last_mut().expect("checked above") = Dim::Known(self.n);
-        Ok(vec![Fact::new(a.dtype, Shape(out))])
+        Ok(vec![self.output(a)?])
     }
 }
 
@@ -171,15 +214,7 @@ impl Op for GatherBlockQuantized {
 pub fn register_all(r: &mut OpRegistry) {
     r.register_in(MICROSOFT_DOMAIN, "MatMulNBits", |n| {
         check_inputs(n, 3, 6)?;
-        let bits = match n.attrs.int_or("bits", 4)? {
-            b @ (2 | 4 | 8) => b as usize,
-            b => return Err(bad("bits", format!("{b} is not 2, 4 or 8"))),
-        };
-        let block_size = positive(n, "block_size")?;
-        if block_size * bits % 8 != 0 {
-            return Err(bad("block_size", format!("{block_size} blocks of {bits} bits")));
-        }
-        Ok(Box::new(MatMulNBits { k: positive(n, "K")?, n: positive(n, "N")?, bits, block_size }))
+        Ok(Box::new(MatMulNBits::from_attrs(n)?))
     });
     r.register_in(MICROSOFT_DOMAIN, "GatherBlockQuantized", |n| {
         check_inputs(n, 3, 4)?;

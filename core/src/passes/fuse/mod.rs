@@ -14,6 +14,8 @@
 //!   `com.microsoft` `SkipLayerNormalization`.
 //! - `matmul_bias`: the bias Adds left after those, `x·W + bias` with
 //!   constant weights, become one `Gemm` between views.
+//! - `gated`: a decoder MLP's two MatMulNBits and `silu(g) ⊙ u` become one
+//!   `onyx` `GatedMatMulNBits`.
 //!
 //! A pass runs only where the primary provider asks for its fused form
 //! ([`Fusions`]). Each pass proposes replacements, chain by chain, where the
@@ -26,6 +28,7 @@
 mod attention;
 mod conv_act;
 mod conv_bn;
+mod gated;
 mod gelu;
 mod key_mask;
 mod matmul_bias;
@@ -52,7 +55,7 @@ pub fn all(
     fusions: Fusions,
     registry: &OpRegistry,
 ) -> Option<Graph> {
-    let passes: [(bool, Pass); 7] = [
+    let passes: [(bool, Pass); 8] = [
         (fusions.conv_batch_norm, conv_bn::fuse),
         (fusions.conv_activation, conv_act::fuse),
         (fusions.gelu, gelu::fuse),
@@ -60,6 +63,7 @@ pub fn all(
         (fusions.attention, attention::fuse),
         (fusions.skip_layer_norm, skip_norm::fuse),
         (fusions.biased_gemm, matmul_bias::fuse),
+        (fusions.gated_matmul_nbits, gated::fuse),
     ];
     let mut out: Option<Graph> = None;
     for (wanted, pass) in passes {

@@ -24,7 +24,19 @@ use clap::Parser;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// Lets a closed stdout end the process quietly, as it ends other Unix
+/// tools: Rust ignores SIGPIPE, so `onyx info m.onnx | head` would panic on
+/// its next `println!` ("failed printing to stdout") instead.
+#[cfg(unix)]
+fn default_sigpipe() {
+    // SAFETY: called first in `main`, before any other thread exists;
+    // SIG_DFL is a valid disposition for SIGPIPE.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+}
+
 fn main() -> ExitCode {
+    #[cfg(unix)]
+    default_sigpipe();
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     let args = args::Cli::parse();
     match args::dispatch(args) {

@@ -241,6 +241,25 @@ fn run_reads_inputs_from_npy_and_pb_files() {
 }
 
 #[test]
+#[cfg(unix)]
+fn output_into_a_closed_pipe_ends_the_command_quietly() {
+    use std::process::Stdio;
+    let dir = tempfile::tempdir().unwrap();
+    let m = write(dir.path(), "small.onnx", &small());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_onyx"))
+        .args(["info", m.to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // As `| head -0` does: the reader goes away before the first line.
+    drop(child.stdout.take());
+    let o = child.wait_with_output().unwrap();
+    assert!(!stderr(&o).contains("panicked"), "{}", stderr(&o));
+    assert_ne!(o.status.code(), Some(101), "{}", stderr(&o));
+}
+
+#[test]
 fn info_describes_the_model_and_its_planned_memory() {
     let dir = tempfile::tempdir().unwrap();
     let m = write(dir.path(), "small.onnx", &small());

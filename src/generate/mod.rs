@@ -117,8 +117,12 @@ pub struct Generator<'s> {
     rng: fastrand::Rng,
     /// Every token of each sequence so far (prompt unpadded, then new ones).
     tokens: Vec<Vec<i64>>,
-    /// The attention mask row of each sequence (left padding is 0).
+    /// The attention mask row of each sequence (padding is 0).
     mask: Vec<Vec<i64>>,
+    /// Where each prompt's last token sits in the prefill's rows: prompts are
+    /// padded on the left (the last column) or, for GroupQueryAttention, on
+    /// the right (see [`Generator::new`]).
+    prompt_last: Vec<usize>,
     finished: Vec<bool>,
     /// The last position's logits of each sequence, after the last step.
     logits: Vec<Vec<f32>>,
@@ -171,24 +175,22 @@ impl<'s> Generator<'s> {
         let capacity = (layout.preallocated_cache && max_length.is_some())
             .then(|| longest.checked_add(max_new))
             .flatten();
-        if layout.preallocated_cache && prompts.iter().any(|p| p.len() != longest) {
-            // GroupQueryAttention reads each row's keys from position 0, so a
-            // left-padded prompt would attend to its padding.
-            return Err(generate_err(
-                "prompts of unequal length are not supported with GroupQueryAttention \
-                 (onnxruntime-genai layout) models yet; run them one at a time",
-            ));
-        }
+        // GroupQueryAttention reads row b's keys from position 0 up to
+        // seqlens_k[b] (its mask's sum), so a left-padded prompt would attend
+        // to its padding: there prompts are padded on the right, each row's
+        // cache grows from its own length, and the mask's sum, not its
+        // layout, carries the length (as onnxruntime's kernel takes a batch).
+        let right_pad = layout.preallocated_cache;
         let stop = opts.stop_tokens.clone().unwrap_or_else(|| layout.config.eos_token_ids.clone());
         let pad = layout.config.pad_token_id.or(stop.first().copied()).unwrap_or(0);
-        let mask: Vec<Vec<i64>> = prompts
-            .iter()
-            .map(|p| {
-                let mut row = vec![0; longest - p.len()];
-                row.resize(longest, 1);
-                row
-            })
-            .collect();
+        // A row padded with `fill` to the longest prompt, on its side.
+        let pad_row = |row: Vec<i64>, fill: i64| {
+            let padding = vec![fill; longest - row.len()];
+            if right_pad { [row, padding].concat() } else { [padding, row].concat() }
+        };
+        let mask: Vec<Vec<i64>> = prompts.iter().map(|p| pad_row(vec![1; p.len()], 0)).collect();
+        let prompt_last =
+            prompts.iter().map(|p| if right_pad { p.len() - 1 } else { longest - 1 }).collect();
         let mut g = Generator {
             session,
             binding: session.create_binding(),
@@ -209,16 +211,10 @@ impl<'s> Generator<'s> {
             started: None,
             layout,
             mask,
+            prompt_last,
             opts,
         };
-        let ids: Vec<Vec<i64>> = prompts
-            .iter()
-            .map(|p| {
-                let mut row = vec![g.pad; longest - p.len()];
-                row.extend_from_slice(p);
-                row
-            })
-            .collect();
+        let ids: Vec<Vec<i64>> = prompts.iter().map(|p| pad_row(p.clone(), g.pad)).collect();
         g.bind_step(&ids, 0)?;
         let empty = Tensor::zeros(
             g.layout.kv_dtype,
@@ -342,8 +338,15 @@ impl<'s> Generator<'s> {
         let id_tensor = self.ids(vec![b, s], flat)?;
         self.binding.bind_input("input_ids", &Value::Tensor(id_tensor))?;
         if self.layout.attention_mask {
-            // Padded with zeros to the capacity, where the cache has one.
-            let total = self.capacity.unwrap_or(self.mask[0].len());
+            // Padded with zeros to the capacity, where the cache has one;
+            // except a prefill of unequal prompts, which GroupQueryAttention
+            // takes as one only where the mask is as wide as the prompt
+            // (onnxruntime-genai binds every prefill so).
+            let unequal = self.prompt_last.iter().any(|&l| l + 1 != s);
+            let total = match self.capacity {
+                Some(c) if !(past == 0 && unequal) => c,
+                _ => self.mask[0].len(),
+            };
             let mut flat = Vec::with_capacity(b * total);
             for m in &self.mask {
                 flat.extend_from_slice(m);
@@ -389,7 +392,8 @@ impl<'s> Generator<'s> {
         }
         (0..b)
             .map(|r| {
-                let row = self.binding.output_row_to_host("logits", r * s + s - 1)?;
+                let last = if self.phase == Phase::Prefill { self.prompt_last[r] } else { s - 1 };
+                let row = self.binding.output_row_to_host("logits", r * s + last)?;
                 let values = row.to_f64_vec().map_err(|e| generate_err(e.to_string()))?;
                 Ok(values.into_iter().map(|x| x as f32).collect())
             })

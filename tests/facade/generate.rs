@@ -352,10 +352,42 @@ fn the_genai_layout_binds_its_cache_once_and_decodes_with_one_input_signature() 
     let g = Generator::new(&s, std::slice::from_ref(&f.prompt), greedy_to_the_end(16)).unwrap();
     assert!(g.layout().config.past_present_share_buffer);
     assert_eq!(g.map(|t| t.unwrap()[0]).collect::<Vec<_>>(), f.tokens[..16]);
-    // Prompts of unequal length are refused by name (GQA would attend to the padding).
-    let short = f.prompt[2..].to_vec();
-    let e = Generator::new(&s, &[f.prompt.clone(), short], greedy(4)).err().expect("refused");
-    assert!(onyx::error_chain(&e).contains("unequal length"), "{}", onyx::error_chain(&e));
+}
+
+/// Unequal prompts in one batch on `s`: each row's tokens and last logits
+/// equal those of its prompt generated alone.
+fn batch_equals_alone(s: &Session, prompts: &[Vec<i64>], tokens: usize) {
+    let mut batch = Generator::new(s, prompts, greedy(tokens)).unwrap();
+    let mut rows: Vec<Vec<i64>> = vec![];
+    let mut logits: Vec<Vec<Vec<f32>>> = vec![];
+    while let Some(t) = batch.step().unwrap() {
+        rows.push(t);
+        logits.push(batch.last_logits().to_vec());
+    }
+    for (i, p) in prompts.iter().enumerate() {
+        let mut alone = Generator::new(s, std::slice::from_ref(p), greedy(tokens)).unwrap();
+        let mut step = 0;
+        while let Some(t) = alone.step().unwrap() {
+            assert_eq!(t[0], rows[step][i], "prompt {i}, step {step}");
+            let worst = alone.last_logits()[0]
+                .iter()
+                .zip(&logits[step][i])
+                .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+            assert!(worst < 1e-4, "prompt {i}, step {step}: logits differ by {worst}");
+            step += 1;
+        }
+        assert_eq!(step, tokens);
+    }
+}
+
+#[test]
+fn a_batch_of_unequal_prompts_on_the_genai_layout_generates_each_as_alone() {
+    // GroupQueryAttention reads each row's cache from position 0: the
+    // shorter prompts are padded on the right and grow from their own length.
+    let f = genai(false);
+    let s = session(&f.model, "cpu");
+    let prompts = [f.prompt.clone(), f.prompt[3..].to_vec(), f.prompt[..2].to_vec()];
+    batch_equals_alone(&s, &prompts, 12);
 }
 
 #[cfg(feature = "wgpu")]
@@ -406,6 +438,15 @@ fn greedy_decoding_matches_onnxruntime_on_cuda() {
         let s = cuda_session(&f.model).expect("a CUDA session opened above");
         matches_onnxruntime_in(&f, &s, 0.05);
     }
+}
+
+#[cfg(feature = "cuda")]
+#[test]
+fn a_batch_of_unequal_prompts_generates_each_as_alone_on_cuda() {
+    let f = genai(true);
+    let Some(s) = cuda_session(&f.model) else { return };
+    let prompts = [f.prompt.clone(), f.prompt[3..].to_vec(), f.prompt[..2].to_vec()];
+    batch_equals_alone(&s, &prompts, 12);
 }
 
 #[cfg(feature = "cuda")]

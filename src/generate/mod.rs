@@ -142,7 +142,8 @@ fn generate_err(reason: impl Into<String>) -> Error {
 
 impl<'s> Generator<'s> {
     /// A generator for `prompts` (one per sequence; unequal lengths are padded
-    /// on the left). Nothing runs until the first step.
+    /// on the left, or on the right for GroupQueryAttention models). Nothing
+    /// runs until the first step.
     ///
     /// # Errors
     /// [`Error::Generate`] for a model that is not a decoder with past, empty

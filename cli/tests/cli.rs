@@ -242,6 +242,30 @@ fn run_reads_inputs_from_npy_and_pb_files() {
 
 #[test]
 #[cfg(unix)]
+fn conformance_generates_its_suite_with_scripts_written_beside_the_data() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    // A python that fails at once: the error names the script it was given.
+    let python = write(dir.path(), "python", b"#!/bin/sh\nexit 3\n");
+    std::fs::set_permissions(&python, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let data = dir.path().join("data");
+    let o = Command::new(env!("CARGO_BIN_EXE_onyx"))
+        .args(["conformance", "--suite", "node"])
+        .env("ONYX_TESTDATA", &data)
+        .env("PYTHON", &python)
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let script = data.join("scripts").join("fetch_node_suite.py");
+    let e = stderr(&o);
+    assert!(e.contains(&script.display().to_string()), "{e}");
+    assert!(!e.contains("tests/scripts"), "the source tree is named: {e}");
+    let written = std::fs::read_to_string(&script).unwrap();
+    assert_eq!(written, include_str!("../../tests/scripts/fetch_node_suite.py"));
+}
+
+#[test]
+#[cfg(unix)]
 fn output_into_a_closed_pipe_ends_the_command_quietly() {
     use std::process::Stdio;
     let dir = tempfile::tempdir().unwrap();

@@ -12,6 +12,7 @@
 mod compare;
 mod data;
 mod report;
+mod scripts;
 mod suite;
 
 use std::path::Path;

@@ -7,6 +7,7 @@ use std::process::Command;
 use regex::Regex;
 
 use crate::compare::Tolerance;
+use crate::scripts::{SCRIPTS, materialize, script};
 
 /// One test case folder.
 #[derive(Clone, Debug)]
@@ -23,25 +24,38 @@ pub struct Case {
     pub tolerance: Tolerance,
 }
 
-/// Where the node suite lives: `$ONYX_TESTDATA/node`, else `target/onnx-testdata/node`.
+/// Where the node suite lives: `node` under [`testdata_dir`].
 pub fn node_suite_dir() -> PathBuf {
     testdata_dir().join("node")
 }
 
-/// Where the onnxruntime-generated cases live: `$ONYX_TESTDATA/ort`, else `target/onnx-testdata/ort`.
+/// Where the onnxruntime-generated cases live: `ort` under [`testdata_dir`].
 pub fn ort_suite_dir() -> PathBuf {
     testdata_dir().join("ort")
 }
 
-fn testdata_dir() -> PathBuf {
-    match std::env::var_os("ONYX_TESTDATA") {
-        Some(d) => PathBuf::from(d),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/onnx-testdata"),
+/// Generated test data: `$ONYX_TESTDATA`; else, where the source tree this
+/// was built from is still there, its `target/onnx-testdata`; else
+/// `onyx/testdata` in the user's cache folder (`$XDG_CACHE_HOME`, else
+/// `~/.cache`).
+pub fn testdata_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("ONYX_TESTDATA") {
+        return PathBuf::from(d);
     }
+    let target = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target");
+    if target.is_dir() {
+        return target.join("onnx-testdata");
+    }
+    let cache = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(std::env::temp_dir);
+    cache.join("onyx").join("testdata")
 }
 
-/// Returns the node-suite folder, generating it with `scripts/fetch_node_suite.py`
-/// (python3 with the `onnx` package) when it is not there yet.
+/// Returns the node-suite folder, generating it with `fetch_node_suite.py`
+/// (built in, written to the test data's `scripts/`; python3 with the `onnx`
+/// package) when it is not there yet.
 ///
 /// # Errors
 /// A message saying how to install what is missing.
@@ -67,10 +81,6 @@ pub fn ensure_ort_suite() -> Result<PathBuf, String> {
     )
 }
 
-fn scripts_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts")
-}
-
 /// FNV-1a (64-bit) of `gen_ort_cases.py` and the `ort_cases/*.py` modules in
 /// name order, each hashed as its relative path, a NUL, its bytes and a NUL.
 /// `gen_ort_cases.py` records the same figure as `generator` in `SUITE.json`,
@@ -79,20 +89,16 @@ fn scripts_dir() -> PathBuf {
 /// # Errors
 /// I/O errors reading the scripts.
 pub fn ort_generator_fingerprint() -> std::io::Result<String> {
-    let dir = scripts_dir();
-    let mut files = vec!["gen_ort_cases.py".to_string()];
-    let mut modules: Vec<String> = std::fs::read_dir(dir.join("ort_cases"))?
-        .filter_map(|e| e.ok()?.file_name().into_string().ok())
-        .filter(|n| n.ends_with(".py"))
-        .map(|n| format!("ort_cases/{n}"))
-        .collect();
+    let mut files = vec!["gen_ort_cases.py"];
+    let mut modules: Vec<&str> =
+        SCRIPTS.iter().map(|(n, _)| *n).filter(|n| n.starts_with("ort_cases/")).collect();
     modules.sort();
     files.extend(modules);
     let mut hash = Fnv1a::default();
     for rel in &files {
         hash.feed(rel.as_bytes());
         hash.feed(&[0]);
-        hash.feed(&std::fs::read(dir.join(rel))?);
+        hash.feed(script(rel).unwrap_or_default().as_bytes());
         hash.feed(&[0]);
     }
     Ok(format!("{:016x}", hash.0))
@@ -133,7 +139,9 @@ fn ensure(
     if is_current(&dir, fingerprint) {
         return Ok(dir);
     }
-    let script = scripts_dir().join(script);
+    let scripts = materialize(&testdata_dir().join("scripts"))
+        .map_err(|e| format!("writing the generator scripts: {e}"))?;
+    let script = scripts.join(script);
     let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
     let status = Command::new(&python)
         .arg(&script)

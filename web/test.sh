@@ -6,12 +6,31 @@
 #   web/test.sh [demo] [api] [conformance]
 #
 # Needs: chromium (/usr/bin/chromium or $CHROMIUM), node + npm, python3 with
-# onnx 1.23 (see README). `.ci/run` installs them on a fresh machine.
+# onnx 1.23 (see README), all checked before anything builds. `.ci/run`
+# installs them on a fresh machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 export ONYX_MODELS="${ONYX_MODELS:-$root/target/models}"
 export ONYX_TESTDATA="${ONYX_TESTDATA:-$root/target/onnx-testdata}"
+
+# What the tests need, checked before anything builds (a build takes minutes).
+missing=()
+chromium="${CHROMIUM:-/usr/bin/chromium}"
+[ -x "$chromium" ] || missing+=("Chromium at $chromium: apt-get install chromium (or set CHROMIUM)")
+if ! node -e 'process.exit(Number(process.versions.node.split(".")[0]) < 20 ? 1 : 0)' 2>/dev/null; then
+    missing+=("Node.js 20 or later with npm: https://nodejs.org or apt-get install nodejs npm")
+fi
+command -v npm >/dev/null || missing+=("npm: apt-get install npm")
+python3 -c 'import onnx' 2>/dev/null || missing+=("python3 with onnx: python3 -m pip install onnx==1.23.0")
+if command -v rustup >/dev/null && ! rustup target list --installed | grep -qx wasm32-unknown-unknown; then
+    missing+=("the wasm32 target: rustup target add wasm32-unknown-unknown")
+fi
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "web/test.sh needs:" >&2
+    printf '  - %s\n' "${missing[@]}" >&2
+    exit 2
+fi
 
 web/build.sh
 # The native CLI is the reference for the outputs (debug: fast to build, and

@@ -63,15 +63,14 @@ class InferenceSession:
         for n in names:
             if n not in _DEVICES:
                 raise ValueError(f"unknown provider {n!r}: one of {sorted(_DEVICES)}")
-        errors = []
         for n in names:
             try:
                 self._session = Session(model, _DEVICES[n], strict, threads)
                 break
-            except OnyxError as e:
+            except OnyxError:
+                # The next provider, as onnxruntime falls back; the last one's error is raised.
                 if n == names[-1]:
                     raise
-                errors.append(e)
         self._inputs = [NodeArg(*_arg(i)) for i in self._session.inputs()]
         self._outputs = [NodeArg(*_arg(o)) for o in self._session.outputs()]
         self.last_memory = None

@@ -9,6 +9,11 @@
 // [N, ceil(k_blocks * BITS / 8)] bytes, or [N, k_blocks] in A's dtype, or
 // absent (2^(BITS-1)). w = (q - zero_point) * scale.
 //
+// onyx GatedMatMulNBits (`*_glu_*`) takes two such weights, the gate's and
+// the up projection's, and writes silu(A · Wgᵀ) ⊙ (A · Wuᵀ): one warp streams
+// both rows of its column, so A is read once and the products never reach
+// memory.
+//
 // One warp per output column and up to ROWS rows of A: each lane takes 8
 // consecutive weights (one 32-bit load at 4 bits), dequantizes them in
 // registers and multiplies them into every row it holds; the warp then sums
@@ -27,6 +32,8 @@ struct NBitsArgs {
     int block;     // a multiple of 8
     int zp_kind;   // 0: none, 1: packed BITS-bit bytes, 2: A's dtype
     int has_bias;
+    int zp_kind_up;  // the gated kernels' up projection's zp_kind
+    int split;       // the GEMV's warps per column: 1, 2, 4 or 8
 };
 
 // The 8 weights starting at element k0 of a row (k0 a multiple of 8), as integers.
@@ -64,27 +71,25 @@ __device__ __forceinline__ void store_column(const NBitsArgs& a, const float* ac
     }
 }
 
+// Adds this lane's share of column `col` of rows m0 .. m0 + rows of A · Wᵀ
+// to acc, for one set of BITS-bit weights.
 template <typename T, int BITS>
-__device__ void matmul_nbits(NBitsArgs a, const T* x, const u8* b, const T* scales, const void* zp,
-                             const T* bias, T* y) {
+__device__ __forceinline__ void nbits_dot(const NBitsArgs& a, int zp_kind, const T* x, const u8* b,
+                                          const T* scales, const void* zp, i64 col, i64 m0,
+                                          int rows, float* acc) {
     const int lane = threadIdx.x & 31;
-    const i64 col = (i64)blockIdx.x * NBITS_WARPS + (threadIdx.x >> 5);
-    const i64 m0 = (i64)blockIdx.y * NBITS_ROWS;
-    if (col >= a.n) return;
     const i64 row_bytes = a.k_blocks * a.block * BITS / 8;
     const i64 zp_row = (a.k_blocks * BITS + 7) / 8;
     const u8* w = b + col * row_bytes;
-    const int rows = (int)min((i64)NBITS_ROWS, a.m - m0);
-    float acc[NBITS_ROWS] = {0.f, 0.f, 0.f, 0.f};
     for (i64 k0 = (i64)lane * 8; k0 < a.k; k0 += 256) {
         const i64 blk = k0 / a.block;
         const float scale = (float)ld(scales, col * a.k_blocks + blk);
         float z = (float)(1 << (BITS - 1));
-        if (a.zp_kind == 1) {
+        if (zp_kind == 1) {
             const u8* zr = (const u8*)zp + col * zp_row;
             const i64 bit = blk * BITS;
             z = (float)((zr[bit / 8] >> (bit % 8)) & ((1 << BITS) - 1));
-        } else if (a.zp_kind == 2) {
+        } else if (zp_kind == 2) {
             z = (float)ld((const T*)zp, col * a.k_blocks + blk);
         }
         int q[8];
@@ -108,13 +113,56 @@ __device__ void matmul_nbits(NBitsArgs a, const T* x, const u8* b, const T* scal
             }
         }
     }
+}
+
+// Sums the gate's and the up projection's partial dot products across the
+// warp and writes silu(gate) · up for column `col` of each row, from lane 0.
+template <typename T>
+__device__ __forceinline__ void store_gated(const NBitsArgs& a, const float* g, const float* u,
+                                            int rows, i64 m0, i64 col, T* y) {
+#pragma unroll
+    for (int r = 0; r < NBITS_ROWS; ++r) {
+        float gv = g[r], uv = u[r];
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) {
+            gv += __shfl_xor_sync(0xffffffffu, gv, off);
+            uv += __shfl_xor_sync(0xffffffffu, uv, off);
+        }
+        if ((threadIdx.x & 31) == 0 && r < rows) st(y, (m0 + r) * a.n + col, gv / (1.f + __expf(-gv)) * uv);
+    }
+}
+
+template <typename T, int BITS>
+__device__ void matmul_nbits(NBitsArgs a, const T* x, const u8* b, const T* scales, const void* zp,
+                             const T* bias, T* y) {
+    const i64 col = (i64)blockIdx.x * NBITS_WARPS + (threadIdx.x >> 5);
+    const i64 m0 = (i64)blockIdx.y * NBITS_ROWS;
+    if (col >= a.n) return;
+    const int rows = (int)min((i64)NBITS_ROWS, a.m - m0);
+    float acc[NBITS_ROWS] = {0.f, 0.f, 0.f, 0.f};
+    nbits_dot<T, BITS>(a, a.zp_kind, x, b, scales, zp, col, m0, rows, acc);
     store_column(a, acc, rows, m0, col, bias, y);
 }
 
-// The 4-bit GEMV: one warp per output column, GEMV_WARPS columns a block,
-// up to NBITS_ROWS rows of A. Each lane loads 16 bytes of the row at once (32
-// weights, four 8-weight words) and the 32 matching features of each row of
-// A. A weight becomes a float by bits (0x4B000000 | q is 2^23 + q), and the
+// onyx GatedMatMulNBits: silu(A · Wgᵀ) ⊙ (A · Wuᵀ), each warp one column of both.
+template <typename T, int BITS>
+__device__ void matmul_nbits_glu(NBitsArgs a, const T* x, const u8* b, const T* scales,
+                                 const void* zp, const u8* b2, const T* scales2, const void* zp2,
+                                 T* y) {
+    const i64 col = (i64)blockIdx.x * NBITS_WARPS + (threadIdx.x >> 5);
+    const i64 m0 = (i64)blockIdx.y * NBITS_ROWS;
+    if (col >= a.n) return;
+    const int rows = (int)min((i64)NBITS_ROWS, a.m - m0);
+    float g[NBITS_ROWS] = {0.f, 0.f, 0.f, 0.f}, u[NBITS_ROWS] = {0.f, 0.f, 0.f, 0.f};
+    nbits_dot<T, BITS>(a, a.zp_kind, x, b, scales, zp, col, m0, rows, g);
+    nbits_dot<T, BITS>(a, a.zp_kind_up, x, b2, scales2, zp2, col, m0, rows, u);
+    store_gated(a, g, u, rows, m0, col, y);
+}
+
+// The 4-bit GEMV: one warp (or `split` warps) per output column, GEMV_WARPS
+// warps a block, up to NBITS_ROWS rows of A. Each lane loads 16 bytes of the
+// row at once (32 weights, four 8-weight words) and the 32 matching features
+// of each row of A. A weight becomes a float by bits (0x4B000000 | q is 2^23 + q), and the
 // word's 2^23 + zero point is subtracted in the same add, so dequantizing
 // costs a shift, a logic op and an add per weight; the scale multiplies each
 // word's dot product (float zero points, which may have fractions, multiply
@@ -123,22 +171,20 @@ __device__ void matmul_nbits(NBitsArgs a, const T* x, const u8* b, const T* scal
 // model the onnxruntime-genai builder writes; `matmul_nbits*` above otherwise.
 #define GEMV_WARPS 8
 
+// Adds this lane's share of column `col` of rows m0 .. m0 + rows of A · Wᵀ
+// to acc, for one set of 4-bit weights, 16 bytes a load.
 template <typename T>
-__device__ void matmul_nbits4_vec(NBitsArgs a, const T* x, const u8* b, const T* scales,
-                                  const void* zp, const T* bias, T* y) {
-    const int lane = threadIdx.x & 31;
-    const i64 col = (i64)blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
-    const i64 m0 = (i64)blockIdx.y * NBITS_ROWS;
-    if (col >= a.n) return;
+__device__ __forceinline__ void nbits4_vec_dot(const NBitsArgs& a, int zp_kind, const T* x,
+                                               const u8* b, const T* scales, const void* zp,
+                                               i64 col, i64 m0, int rows, float* acc) {
+    const int lane = threadIdx.x & 31, part = (threadIdx.x >> 5) % a.split;
     const int W = 16 / sizeof(T);
     const i64 vecs = a.k / 32;
     const uint4* w = (const uint4*)(b + col * (a.k_blocks * a.block / 2));
     const T* sr = scales + col * a.k_blocks;
     const u8* zr = (const u8*)zp + col * ((a.k_blocks + 1) / 2);
     const T* zt = (const T*)zp + col * a.k_blocks;
-    const int rows = (int)min((i64)NBITS_ROWS, a.m - m0);
-    float acc[NBITS_ROWS] = {0.f, 0.f, 0.f, 0.f};
-    for (i64 v = lane; v < vecs; v += 32) {
+    for (i64 v = lane + 32 * part; v < vecs; v += 32 * a.split) {
         const uint4 wv = w[v];
         const u32 words[4] = {wv.x, wv.y, wv.z, wv.w};
         const i64 k0 = v * 32;
@@ -152,8 +198,8 @@ __device__ void matmul_nbits4_vec(NBitsArgs a, const T* x, const u8* b, const T*
             s[j] = (float)ld(sr, blk);
             z[j] = 8388608.f + 8.f;
             zf[j] = 0.f;
-            if (a.zp_kind == 1) z[j] = 8388608.f + (float)((zr[blk >> 1] >> ((blk & 1) * 4)) & 15);
-            else if (a.zp_kind == 2) { z[j] = 8388608.f; zf[j] = (float)ld(zt, blk); }
+            if (zp_kind == 1) z[j] = 8388608.f + (float)((zr[blk >> 1] >> ((blk & 1) * 4)) & 15);
+            else if (zp_kind == 2) { z[j] = 8388608.f; zf[j] = (float)ld(zt, blk); }
         }
 #pragma unroll
         for (int r = 0; r < NBITS_ROWS; ++r) {
@@ -171,7 +217,7 @@ __device__ void matmul_nbits4_vec(NBitsArgs a, const T* x, const u8* b, const T*
                     const float q = __uint_as_float(0x4B000000u | ((words[j] >> (4 * i)) & 15u)) - z[j];
                     dot += xv[8 * j + i] * q;
                 }
-                if (a.zp_kind == 2) {
+                if (zp_kind == 2) {
                     float sx = 0.f;
 #pragma unroll
                     for (int i = 0; i < 8; ++i) sx += xv[8 * j + i];
@@ -182,7 +228,71 @@ __device__ void matmul_nbits4_vec(NBitsArgs a, const T* x, const u8* b, const T*
             acc[r] += tot;
         }
     }
-    store_column(a, acc, rows, m0, col, bias, y);
+}
+
+// Sums each of C partial sums over the warp, then over the `split` warps of
+// a column (through shared memory). True in the one thread (lane 0 of the
+// column's first warp) that then holds the column's totals in acc.
+template <int C>
+__device__ __forceinline__ bool column_total(float* acc, int split) {
+    __shared__ float part[GEMV_WARPS][C];
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+#pragma unroll
+    for (int i = 0; i < C; ++i)
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) acc[i] += __shfl_xor_sync(0xffffffffu, acc[i], off);
+    if (split == 1) return lane == 0;
+    if (lane == 0)
+#pragma unroll
+        for (int i = 0; i < C; ++i) part[wid][i] = acc[i];
+    __syncthreads();
+    if (lane != 0 || wid % split != 0) return false;
+    for (int p = 1; p < split; ++p)
+#pragma unroll
+        for (int i = 0; i < C; ++i) acc[i] += part[wid + p][i];
+    return true;
+}
+
+// The GEMV's column: GEMV_WARPS / split columns a block, `split` warps each
+// taking every split-th 16-byte word of its rows (a long K with few columns,
+// a down projection, keeps enough loads in flight that way).
+#define GEMV_COLUMN                                                                                 \
+    const i64 col = (i64)blockIdx.x * (GEMV_WARPS / a.split) + (threadIdx.x >> 5) / a.split;       \
+    const i64 m0 = (i64)blockIdx.y * NBITS_ROWS;                                                   \
+    const bool live = col < a.n;                                                                    \
+    const int rows = (int)min((i64)NBITS_ROWS, a.m - m0);
+
+template <typename T>
+__device__ void matmul_nbits4_vec(NBitsArgs a, const T* x, const u8* b, const T* scales,
+                                  const void* zp, const T* bias, T* y) {
+    GEMV_COLUMN
+    float acc[NBITS_ROWS] = {0.f, 0.f, 0.f, 0.f};
+    if (live) nbits4_vec_dot(a, a.zp_kind, x, b, scales, zp, col, m0, rows, acc);
+    // Every thread reaches the block's barrier, live or not.
+    if (!column_total<NBITS_ROWS>(acc, a.split) || !live) return;
+    for (int r = 0; r < rows; ++r) {
+        const float bv = a.has_bias ? (float)ld(bias, col) : 0.f;
+        st(y, (m0 + r) * a.n + col, acc[r] + bv);
+    }
+}
+
+// The gated GEMV: both weight rows of a column streamed by its warps.
+template <typename T>
+__device__ void matmul_nbits4_vec_glu(NBitsArgs a, const T* x, const u8* b, const T* scales,
+                                      const void* zp, const u8* b2, const T* scales2,
+                                      const void* zp2, T* y) {
+    GEMV_COLUMN
+    // The gate's sums, then the up projection's.
+    float acc[2 * NBITS_ROWS] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+    if (live) {
+        nbits4_vec_dot(a, a.zp_kind, x, b, scales, zp, col, m0, rows, acc);
+        nbits4_vec_dot(a, a.zp_kind_up, x, b2, scales2, zp2, col, m0, rows, acc + NBITS_ROWS);
+    }
+    if (!column_total<2 * NBITS_ROWS>(acc, a.split) || !live) return;
+    for (int r = 0; r < rows; ++r) {
+        const float g = acc[r];
+        st(y, (m0 + r) * a.n + col, g / (1.f + __expf(-g)) * acc[NBITS_ROWS + r]);
+    }
 }
 
 #define NBITS(T, S, BITS)                                                                           \
@@ -190,6 +300,11 @@ __device__ void matmul_nbits4_vec(NBitsArgs a, const T* x, const u8* b, const T*
                                                         const T* scales, const void* zp,            \
                                                         const T* bias, T* y) {                      \
         matmul_nbits<T, BITS>(a, x, b, scales, zp, bias, y);                                        \
+    }                                                                                               \
+    extern "C" __global__ void matmul_nbits##BITS##_glu_##S(                                        \
+        NBitsArgs a, const T* x, const u8* b, const T* scales, const void* zp, const u8* b2,        \
+        const T* scales2, const void* zp2, T* y) {                                                  \
+        matmul_nbits_glu<T, BITS>(a, x, b, scales, zp, b2, scales2, zp2, y);                        \
     }
 
 #define NBITS_ALL(T, S) NBITS(T, S, 2) NBITS(T, S, 4) NBITS(T, S, 8)                               \
@@ -197,6 +312,11 @@ __device__ void matmul_nbits4_vec(NBitsArgs a, const T* x, const u8* b, const T*
                                                      const T* scales, const void* zp,               \
                                                      const T* bias, T* y) {                         \
         matmul_nbits4_vec<T>(a, x, b, scales, zp, bias, y);                                         \
+    }                                                                                               \
+    extern "C" __global__ void matmul_nbits4_vec_glu_##S(                                           \
+        NBitsArgs a, const T* x, const u8* b, const T* scales, const void* zp, const u8* b2,        \
+        const T* scales2, const void* zp2, T* y) {                                                  \
+        matmul_nbits4_vec_glu<T>(a, x, b, scales, zp, b2, scales2, zp2, y);                         \
     }
 
 NBITS_ALL(float, f32)

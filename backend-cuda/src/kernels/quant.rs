@@ -1,5 +1,5 @@
-//! com.microsoft `MatMulNBits` and `GatherBlockQuantized` on the device
-//! (quant.cu). `matmul_nbits{bits}_T` dequantizes in registers, so the
+//! com.microsoft `MatMulNBits` and `GatherBlockQuantized`, and onyx
+//! `GatedMatMulNBits`, on the device (quant.cu). `matmul_nbits{bits}_T` dequantizes in registers, so the
 //! weights stay 2, 4 or 8 bits wide in memory and one token's product
 //! streams them once; `g_idx` (act-order) is not taken: those models run the
 //! op on the CPU. `gather_block_T` dequantizes only the gathered rows of a
@@ -8,7 +8,8 @@
 use cudarc::driver::LaunchConfig;
 use onyx_core::dtype::DType;
 use onyx_core::ep::{EpError, KernelSpec};
-use onyx_core::graph::MICROSOFT_DOMAIN;
+use onyx_core::graph::{MICROSOFT_DOMAIN, ONYX_DOMAIN};
+use onyx_core::ops::microsoft::gated::{Gate, GatedMatMulNBits};
 use onyx_core::ops::microsoft::quant::{GatherBlockQuantized, MatMulNBits};
 use onyx_kernels::Kernel;
 
@@ -34,6 +35,8 @@ struct NBitsArgs {
     block: i32,
     zp_kind: i32,
     has_bias: i32,
+    zp_kind_up: i32,
+    split: i32,
 }
 
 // SAFETY: plain `#[repr(C)]` data matching `struct NBitsArgs` in quant.cu.
@@ -45,9 +48,29 @@ struct NBitsKernel {
     /// `matmul_nbits4_vec_T`, for 4-bit weights.
     vec_name: Option<&'static str>,
     dtype: DType,
+    /// onyx `GatedMatMulNBits`: the up projection's weights at inputs 4 to 6
+    /// (`*_glu_*` kernels) instead of g_idx and bias.
+    gated: bool,
 }
 
 impl NBitsKernel {
+    /// Checks the weights at inputs `b` .. `b + 2` and gives their zero
+    /// points' kind (0: none, 1: packed bytes, 2: A's dtype).
+    fn weights(&self, io: &Io<'_>, b: usize) -> Result<i32, EpError> {
+        let (n, bits, kb) = (self.op.n, self.op.bits, self.op.k_blocks());
+        Self::check(io, b, DType::U8, n * kb * self.op.blob_size(), "B")?;
+        Self::check(io, b + 1, self.dtype, n * kb, "scales")?;
+        Ok(if !io.has_input(b + 2) {
+            0
+        } else if io.input(b + 2)?.dtype == DType::U8 {
+            Self::check(io, b + 2, DType::U8, n * (kb * bits).div_ceil(8), "zero points")?;
+            1
+        } else {
+            Self::check(io, b + 2, self.dtype, n * kb, "zero points")?;
+            2
+        })
+    }
+
     /// Checks that input `i` holds `n` elements of `dtype`.
     fn check(io: &Io<'_>, i: usize, dtype: DType, n: usize, what: &str) -> Result<(), EpError> {
         let t = io.input(i)?;
@@ -64,7 +87,7 @@ impl NBitsKernel {
 
 impl CudaKernel for NBitsKernel {
     fn launch(&self, gpu: &Gpu, io: &Io<'_>) -> Result<(), EpError> {
-        let (n, k, bits, kb) = (self.op.n, self.op.k, self.op.bits, self.op.k_blocks());
+        let (n, k, kb) = (self.op.n, self.op.k, self.op.k_blocks());
         let a = io.input(0)?;
         let m = a.numel().checked_div(k).unwrap_or(0);
         if a.shape.last() != Some(&k) || io.output(0)?.numel() != m * n {
@@ -74,25 +97,16 @@ impl CudaKernel for NBitsKernel {
                 io.output(0)?.shape
             )));
         }
-        Self::check(io, 1, DType::U8, n * kb * self.op.blob_size(), "B")?;
-        Self::check(io, 2, self.dtype, n * kb, "scales")?;
-        let zp_kind = if !io.has_input(3) {
-            0
-        } else if io.input(3)?.dtype == DType::U8 {
-            Self::check(io, 3, DType::U8, n * (kb * bits).div_ceil(8), "zero points")?;
-            1
-        } else {
-            Self::check(io, 3, self.dtype, n * kb, "zero points")?;
-            2
-        };
-        let has_bias = io.has_input(5);
+        let zp_kind = self.weights(io, 1)?;
+        let zp_kind_up = if self.gated { self.weights(io, GatedMatMulNBits::UP)? } else { 0 };
+        let has_bias = !self.gated && io.has_input(5);
         if has_bias {
             Self::check(io, 5, self.dtype, n, "bias")?;
         }
         if m == 0 || n == 0 {
             return Ok(());
         }
-        let args = NBitsArgs {
+        let mut args = NBitsArgs {
             m: m as i64,
             n: n as i64,
             k: k as i64,
@@ -100,6 +114,8 @@ impl CudaKernel for NBitsKernel {
             block: self.op.block_size as i32,
             zp_kind,
             has_bias: has_bias as i32,
+            zp_kind_up,
+            split: 1,
         };
         let grid_y = (m as u64).div_ceil(ROWS);
         if grid_y > 65535 {
@@ -112,53 +128,94 @@ impl CudaKernel for NBitsKernel {
                 && row_bytes % 16 == 0
                 && io.in_ptr(0).is_ok_and(|p| p % 16 == 0)
                 && io.in_ptr(1).is_ok_and(|p| p % 16 == 0)
+                && (!self.gated || io.in_ptr(GatedMatMulNBits::UP).is_ok_and(|p| p % 16 == 0))
         });
         let warps = if vec.is_some() { GEMV_WARPS } else { WARPS };
+        if vec.is_some() {
+            args.split = gemv_split(n as u64, (k / 32) as u64);
+        }
         let cfg = LaunchConfig {
-            grid_dim: ((n as u64).div_ceil(warps) as u32, grid_y as u32, 1),
+            grid_dim: ((n as u64 * args.split as u64).div_ceil(warps) as u32, grid_y as u32, 1),
             block_dim: ((32 * warps) as u32, 1, 1),
             shared_mem_bytes: 0,
         };
         let f = gpu.function(Kernel::Quant, vec.unwrap_or(self.name))?;
-        let launch = Args::new()
+        let mut launch = Args::new()
             .push(args)
             .push(io.in_ptr(0)?)
             .push(io.in_ptr(1)?)
             .push(io.in_ptr(2)?)
-            .push(io.opt_in_ptr(3))
-            .push(io.opt_in_ptr(5))
-            .push(io.out_ptr(0)?);
+            .push(io.opt_in_ptr(3));
+        launch = if self.gated {
+            let up = GatedMatMulNBits::UP;
+            launch.push(io.in_ptr(up)?).push(io.in_ptr(up + 1)?).push(io.opt_in_ptr(up + 2))
+        } else {
+            launch.push(io.opt_in_ptr(5))
+        };
+        let launch = launch.push(io.out_ptr(0)?);
         // SAFETY: matches `matmul_nbits{bits}_T` and `matmul_nbits4_vec_T`
         // (NBitsArgs, const T* x, const u8* b, const T* scales, const void* zp,
-        // const T* bias, T* y). x holds m × k elements and y m × n (checked
-        // above); b holds n rows of k_blocks × block × bits / 8 bytes, read in
-        // 8-weight words inside each row (block is a multiple of 8, checked when
-        // built), or in 16-byte words by the GEMV, which is taken only where
-        // every row of b and x starts 16-byte aligned and k is whole 32-weight
-        // words; scales n × k_blocks; zero points as zp_kind says (0: absent,
+        // const T* bias, T* y), or their `_glu` forms (NBitsArgs, x, b, scales,
+        // zp, const u8* b2, const T* scales2, const void* zp2, T* y). x holds
+        // m × k elements and y m × n (checked above); each b holds n rows of
+        // k_blocks × block × bits / 8 bytes, read in 8-weight words inside each
+        // row (block is a multiple of 8, checked when built), or in 16-byte
+        // words by the GEMV, which is taken only where every row of each b and
+        // of x starts 16-byte aligned and k is whole 32-weight words; scales
+        // n × k_blocks; zero points as zp_kind (zp_kind_up) says (0: absent,
         // never read); bias n elements when has_bias.
         unsafe { launch.launch(gpu, &f, cfg) }
     }
 }
 
-fn build(spec: &KernelSpec<'_>) -> Result<Box<dyn CudaKernel>, EpError> {
-    let op = spec.op_as::<MatMulNBits>()?.clone();
-    let dtype = spec.input_dtype(0)?;
-    if !matches!(dtype, DType::F32 | DType::F16 | DType::BF16) {
-        return Err(unsupported("MatMulNBits", dtype));
+/// Warps per output column of the GEMV (1, 2, 4 or 8) for `n` columns of
+/// `words` 16-byte words: more where few columns of long rows would leave
+/// the device short of loads in flight (a down projection: 896 columns of
+/// 152 words fill 112 blocks at one warp a column, 448 at four), while each
+/// lane keeps at least one word.
+fn gemv_split(n: u64, words: u64) -> i32 {
+    let mut split = 1;
+    while split < 8 && (n * split).div_ceil(GEMV_WARPS) < 512 && words >= 64 * split {
+        split *= 2;
     }
+    split as i32
+}
+
+fn build(spec: &KernelSpec<'_>) -> Result<Box<dyn CudaKernel>, EpError> {
     if spec.input_dtypes.get(4).copied().flatten().is_some() {
         return Err(EpError::Unsupported("MatMulNBits with g_idx on CUDA".into()));
     }
+    nbits_kernel(spec, spec.op_as::<MatMulNBits>()?.clone(), false)
+}
+
+fn build_gated(spec: &KernelSpec<'_>) -> Result<Box<dyn CudaKernel>, EpError> {
+    let op = spec.op_as::<GatedMatMulNBits>()?;
+    match op.gate {
+        Gate::Silu => nbits_kernel(spec, op.proj.clone(), true),
+    }
+}
+
+fn nbits_kernel(
+    spec: &KernelSpec<'_>,
+    op: MatMulNBits,
+    gated: bool,
+) -> Result<Box<dyn CudaKernel>, EpError> {
+    let what = if gated { "GatedMatMulNBits" } else { "MatMulNBits" };
+    let dtype = spec.input_dtype(0)?;
+    if !matches!(dtype, DType::F32 | DType::F16 | DType::BF16) {
+        return Err(unsupported(what, dtype));
+    }
     if op.block_size % 8 != 0 || !matches!(op.bits, 2 | 4 | 8) {
         return Err(EpError::Unsupported(format!(
-            "MatMulNBits with {} bits in blocks of {} on CUDA",
+            "{what} with {} bits in blocks of {} on CUDA",
             op.bits, op.block_size
         )));
     }
-    let name = entry(&format!("matmul_nbits{}", op.bits), dtype)?;
-    let vec_name = (op.bits == 4).then(|| entry("matmul_nbits4_vec", dtype)).transpose()?;
-    Ok(Box::new(NBitsKernel { op, name, vec_name, dtype }))
+    let glu = if gated { "_glu" } else { "" };
+    let name = entry(&format!("matmul_nbits{}{glu}", op.bits), dtype)?;
+    let vec_name =
+        (op.bits == 4).then(|| entry(&format!("matmul_nbits4_vec{glu}"), dtype)).transpose()?;
+    Ok(Box::new(NBitsKernel { op, name, vec_name, dtype, gated }))
 }
 
 /// `GbqArgs` in quant.cu.
@@ -315,9 +372,11 @@ fn build_gbq(spec: &KernelSpec<'_>) -> Result<Box<dyn CudaKernel>, EpError> {
     Ok(Box::new(GbqKernel { op, name: entry("gather_block", scales)? }))
 }
 
-/// Registers `MatMulNBits` and `GatherBlockQuantized` in `com.microsoft`.
+/// Registers `MatMulNBits` and `GatherBlockQuantized` in `com.microsoft`, and
+/// `GatedMatMulNBits` in `onyx`.
 pub(crate) fn register_all(r: &mut Registry) {
     r.register_in(MICROSOFT_DOMAIN, "MatMulNBits", build);
+    r.register_in(ONYX_DOMAIN, "GatedMatMulNBits", build_gated);
     r.register_in(MICROSOFT_DOMAIN, "GatherBlockQuantized", build_gbq);
 }
 
@@ -332,5 +391,16 @@ mod tests {
         assert_eq!(packed_len(&[4, 5], DType::U8, 2), 8);
         assert_eq!(packed_len(&[4, 5], DType::I4, 4), 10);
         assert_eq!(packed_len(&[3, 3], DType::U4, 4), 5);
+    }
+
+    #[test]
+    fn only_few_columns_of_long_rows_split_over_several_warps() {
+        // Qwen2.5-0.5B: the down projection splits; q/k/v, o, gate/up and lm_head do not.
+        assert_eq!(gemv_split(896, 4864 / 32), 4);
+        assert_eq!(gemv_split(896, 896 / 32), 1);
+        assert_eq!(gemv_split(4864, 896 / 32), 1);
+        assert_eq!(gemv_split(151_936, 896 / 32), 1);
+        // At most 8 warps, a block's worth.
+        assert_eq!(gemv_split(16, 1 << 20), 8);
     }
 }

@@ -239,3 +239,81 @@ fn matmul_nbits_dequantizes_on_the_device_and_matches_the_cpu() {
         }
     }
 }
+
+#[test]
+fn a_gated_pair_of_matmul_nbits_runs_as_one_kernel_and_matches_the_chain_on_the_cpu() {
+    let Some(p) = gpu() else { return };
+    // (k, n, rows of A, zero points of the gate and the up projection:
+    // 0 none / 1 packed / 2 float): the 16-byte GEMV (K of whole words), the
+    // 8-weight kernel (K 40) and a prefill of 6 rows.
+    let cases: [(usize, usize, usize, u8, u8); 4] =
+        [(896, 40, 1, 1, 1), (64, 24, 3, 0, 2), (40, 33, 1, 2, 0), (2080, 16, 6, 1, 0)];
+    let (bits, block) = (4, 32);
+    for (k, n, m, zg, zu) in cases {
+        for (dtype, tol) in [(DType::F32, 1e-4), (DType::F16, 2e-2)] {
+            let kb = k.div_ceil(block);
+            let mut consts = vec![];
+            let mut ins = |name: &'static str, zp: u8, seed: u64| {
+                let b = packed_bytes(n * kb * 16, seed).reshaped(vec![n, kb, 16]).unwrap();
+                let s = stored_as(
+                    &f32s(&[n * kb], |i| 0.01 + 0.002 * (i % (11 + seed as usize)) as f32),
+                    dtype,
+                );
+                let (bn, sn, zn) = match name {
+                    "g" => ("bg", "sg", "zg"),
+                    _ => ("bu", "su", "zu"),
+                };
+                consts.push((bn, b));
+                consts.push((sn, s));
+                match zp {
+                    1 => consts.push((zn, packed_bytes(n * kb.div_ceil(2), seed + 5))),
+                    2 => consts
+                        .push((zn, stored_as(&f32s(&[n * kb], |i| (i % 5) as f32 + 0.5), dtype))),
+                    _ => return vec![bn, sn],
+                }
+                vec![bn, sn, zn]
+            };
+            let (gi, ui) = (ins("g", zg, 3), ins("u", zu, 4));
+            let (gi, ui): (Vec<&str>, Vec<&str>) =
+                ([&["a_t"][..], &gi].concat(), [&["a_t"][..], &ui].concat());
+            let attrs = || {
+                vec![
+                    ("K", A::I(k as i64)),
+                    ("N", A::I(n as i64)),
+                    ("bits", A::I(bits)),
+                    ("block_size", A::I(block as i64)),
+                ]
+            };
+            let mut gate = node("MatMulNBits", "gate", &gi, &["g"], attrs());
+            let mut up = node("MatMulNBits", "up", &ui, &["u"], attrs());
+            gate.domain = Some("com.microsoft".into());
+            up.domain = Some("com.microsoft".into());
+            let to = A::I(dtype.to_onnx() as i64);
+            let bytes = contrib_model(graph(
+                vec![
+                    node("Cast", "ca", &["a"], &["a_t"], vec![("to", to)]),
+                    gate,
+                    up,
+                    node("Sigmoid", "sig", &["g"], &["s"], vec![]),
+                    node("Mul", "silu", &["g", "s"], &["h"], vec![]),
+                    node("Mul", "glu", &["h", "u"], &["y_t"], vec![]),
+                    node("Cast", "cy", &["y_t"], &["y"], vec![("to", A::I(1))]),
+                ],
+                vec![value("a", DType::F32, &[m as i64, k as i64])],
+                vec![value("y", DType::F32, &[m as i64, n as i64])],
+                consts,
+            ));
+            let fused = on(bytes.clone(), &p, true);
+            let ops: Vec<String> = fused.placement().into_iter().map(|(n, _)| n.op_type).collect();
+            assert!(ops.contains(&"GatedMatMulNBits".to_string()), "{ops:?}");
+            assert!(!ops.contains(&"Sigmoid".to_string()), "{ops:?}");
+            let chain =
+                onyx::Session::builder().with_fusion(false).commit_from_bytes(bytes, None).unwrap();
+            let feed = || vec![("a", Value::Tensor(noise(&[m, k], 9)))];
+            let got = fused.run(feed()).unwrap();
+            let want = chain.run(feed()).unwrap();
+            let err = max_rel(&f32_out(&got, "y"), &f32_out(&want, "y"));
+            assert!(err <= tol, "{dtype}: K {k}, N {n}, M {m}, zero points {zg}/{zu}: {err}");
+        }
+    }
+}

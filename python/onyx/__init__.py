@@ -64,13 +64,18 @@ class InferenceSession:
             if n not in _DEVICES:
                 raise ValueError(f"unknown provider {n!r}: one of {sorted(_DEVICES)}")
         for n in names:
+            last = n == names[-1]
             try:
-                self._session = Session(model, _DEVICES[n], strict, threads)
-                break
+                session = Session(model, _DEVICES[n], strict, threads)
             except OnyxError:
                 # The next provider, as onnxruntime falls back; the last one's error is raised.
-                if n == names[-1]:
+                if last:
                     raise
+                continue
+            # A device that did not open gives a CPU session: try the next one first.
+            if last or session.device.split(":")[0] == _DEVICES[n]:
+                self._session = session
+                break
         self._inputs = [NodeArg(*_arg(i)) for i in self._session.inputs()]
         self._outputs = [NodeArg(*_arg(o)) for o in self._session.outputs()]
         self.last_memory = None

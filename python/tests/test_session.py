@@ -61,3 +61,14 @@ def test_errors_are_exceptions_carrying_the_whole_chain():
     assert name in str(e.value) or "shape" in str(e.value)
     with pytest.raises(ValueError, match="unknown provider"):
         onyx.InferenceSession(TINY_CNN, providers=["TensorrtExecutionProvider"])
+
+
+def test_the_quickstart_example_runs_and_agrees_with_onnxruntime():
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "quickstart.py")],
+                         capture_output=True, text=True, check=True).stdout
+    assert "image 1: class" in out, out
+    diff = float(out.split("largest difference from onnxruntime: ")[1].split()[0])
+    assert diff < 1e-5, out

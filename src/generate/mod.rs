@@ -393,7 +393,19 @@ impl<'s> Generator<'s> {
         }
         (0..b)
             .map(|r| {
-                let last = if self.phase == Phase::Prefill { self.prompt_last[r] } else { s - 1 };
+                let rows = self.stats.prompt_tokens;
+                let last = match self.phase {
+                    Phase::Prefill if s == rows => self.prompt_last[r],
+                    // Logits of the last position only: right for a prompt that ends there.
+                    Phase::Prefill if self.prompt_last[r] + 1 == rows => s - 1,
+                    Phase::Prefill => {
+                        return Err(generate_err(format!(
+                            "logits have {s} positions for {rows} prompt tokens: prompts of \
+                             unequal length need every position's"
+                        )));
+                    }
+                    _ => s - 1,
+                };
                 let row = self.binding.output_row_to_host("logits", r * s + last)?;
                 let values = row.to_f64_vec().map_err(|e| generate_err(e.to_string()))?;
                 Ok(values.into_iter().map(|x| x as f32).collect())

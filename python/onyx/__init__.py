@@ -63,8 +63,8 @@ class InferenceSession:
         for n in names:
             if n not in _DEVICES:
                 raise ValueError(f"unknown provider {n!r}: one of {sorted(_DEVICES)}")
-        for n in names:
-            last = n == names[-1]
+        for at, n in enumerate(names):
+            last = at == len(names) - 1
             try:
                 session = Session(model, _DEVICES[n], strict, threads)
             except OnyxError:

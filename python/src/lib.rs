@@ -1,13 +1,14 @@
 //! The `onyx._onyx` extension: sessions over host bytes. `onyx/__init__.py`
 //! wraps it in an `InferenceSession` shaped like onnxruntime's, turning numpy
-//! arrays into `(dtype, shape, bytes)` and back, so this module needs no
-//! numpy headers and one abi3 wheel serves every CPython.
+//! arrays into `(dtype, shape, bytes)` and outputs' bytearrays back into
+//! arrays, so this module needs no numpy headers and one abi3 wheel serves
+//! every CPython.
 
 use bytes::Bytes;
 use onyx::{DType, Session, Tensor, Value};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict};
+use pyo3::types::{PyByteArray, PyBytes, PyDict};
 
 pyo3::create_exception!(_onyx, OnyxError, pyo3::exceptions::PyRuntimeError);
 
@@ -16,8 +17,9 @@ fn err(e: onyx::Error) -> PyErr {
     OnyxError::new_err(onyx::error_chain(&e))
 }
 
-/// A tensor as Python gets it: dtype name, shape, raw little-endian bytes.
-type HostTensor<'py> = (String, Vec<usize>, Bound<'py, PyBytes>);
+/// A tensor as Python gets it: dtype name, shape, raw little-endian bytes
+/// (a bytearray, so the numpy array over it is writable, as onnxruntime's are).
+type HostTensor<'py> = (String, Vec<usize>, Bound<'py, PyByteArray>);
 
 /// What a run gives Python: the outputs by name, and the memory figures.
 type Ran<'py> = (Vec<(String, HostTensor<'py>)>, Bound<'py, PyDict>);
@@ -97,7 +99,8 @@ impl PySession {
                 )));
             };
             let bytes = t.bytes().map_err(|e| OnyxError::new_err(format!("output {name}: {e}")))?;
-            let host = (t.dtype().name().to_string(), t.shape().to_vec(), PyBytes::new(py, bytes));
+            let host =
+                (t.dtype().name().to_string(), t.shape().to_vec(), PyByteArray::new(py, bytes));
             values.push((name.clone(), host));
         }
         let m = &out.memory;

@@ -24,6 +24,7 @@ pub use report::{
 };
 pub use suite::{
     Case, discover, ensure_node_suite, ensure_ort_suite, node_suite_dir, ort_suite_dir,
+    testdata_dir,
 };
 
 use onyx_core::tensor::Value;

@@ -54,20 +54,52 @@ template <> __device__ __forceinline__ void load8<2>(const u8* row, i64 k0, int*
     for (int j = 0; j < 8; ++j) q[j] = (w >> (2 * j)) & 3;
 }
 
-// Sums each row's partial dot products across the warp and writes output
-// column `col` of rows m0 .. m0 + rows (plus the bias), from lane 0.
+// Warps (output columns, or parts of them) per block of the 4-bit GEMV.
+#define GEMV_WARPS 8
+
+// Sums each of C partial sums over the warp, then over the `split` warps of
+// a column (through shared memory; split 1 touches none and has no barrier).
+// True in the one thread (lane 0 of the column's first warp) that then holds
+// the column's totals in acc.
+template <int C>
+__device__ __forceinline__ bool column_total(float* acc, int split) {
+    __shared__ float part[GEMV_WARPS][C];
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+#pragma unroll
+    for (int i = 0; i < C; ++i)
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) acc[i] += __shfl_xor_sync(0xffffffffu, acc[i], off);
+    if (split == 1) return lane == 0;
+    if (lane == 0)
+#pragma unroll
+        for (int i = 0; i < C; ++i) part[wid][i] = acc[i];
+    __syncthreads();
+    if (lane != 0 || wid % split != 0) return false;
+    for (int p = 1; p < split; ++p)
+#pragma unroll
+        for (int i = 0; i < C; ++i) acc[i] += part[wid + p][i];
+    return true;
+}
+
+// Writes column `col` of rows m0 .. m0 + rows from its totals, plus the bias.
 template <typename T>
 __device__ __forceinline__ void store_column(const NBitsArgs& a, const float* acc, int rows, i64 m0,
                                              i64 col, const T* bias, T* y) {
+    const float bv = a.has_bias ? (float)ld(bias, col) : 0.f;
+#pragma unroll
+    for (int r = 0; r < NBITS_ROWS; ++r)
+        if (r < rows) st(y, (m0 + r) * a.n + col, acc[r] + bv);
+}
+
+// The gated form: acc holds the gate's totals, then the up projection's;
+// writes silu(gate) · up.
+template <typename T>
+__device__ __forceinline__ void store_gated(const NBitsArgs& a, const float* acc, int rows, i64 m0,
+                                            i64 col, T* y) {
 #pragma unroll
     for (int r = 0; r < NBITS_ROWS; ++r) {
-        float v = acc[r];
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-        if ((threadIdx.x & 31) == 0 && r < rows) {
-            if (a.has_bias) v += (float)ld(bias, col);
-            st(y, (m0 + r) * a.n + col, v);
-        }
+        const float g = acc[r];
+        if (r < rows) st(y, (m0 + r) * a.n + col, g / (1.f + __expf(-g)) * acc[NBITS_ROWS + r]);
     }
 }
 
@@ -115,23 +147,6 @@ __device__ __forceinline__ void nbits_dot(const NBitsArgs& a, int zp_kind, const
     }
 }
 
-// Sums the gate's and the up projection's partial dot products across the
-// warp and writes silu(gate) · up for column `col` of each row, from lane 0.
-template <typename T>
-__device__ __forceinline__ void store_gated(const NBitsArgs& a, const float* g, const float* u,
-                                            int rows, i64 m0, i64 col, T* y) {
-#pragma unroll
-    for (int r = 0; r < NBITS_ROWS; ++r) {
-        float gv = g[r], uv = u[r];
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1) {
-            gv += __shfl_xor_sync(0xffffffffu, gv, off);
-            uv += __shfl_xor_sync(0xffffffffu, uv, off);
-        }
-        if ((threadIdx.x & 31) == 0 && r < rows) st(y, (m0 + r) * a.n + col, gv / (1.f + __expf(-gv)) * uv);
-    }
-}
-
 template <typename T, int BITS>
 __device__ void matmul_nbits(NBitsArgs a, const T* x, const u8* b, const T* scales, const void* zp,
                              const T* bias, T* y) {
@@ -141,7 +156,7 @@ __device__ void matmul_nbits(NBitsArgs a, const T* x, const u8* b, const T* scal
     const int rows = (int)min((i64)NBITS_ROWS, a.m - m0);
     float acc[NBITS_ROWS] = {0.f, 0.f, 0.f, 0.f};
     nbits_dot<T, BITS>(a, a.zp_kind, x, b, scales, zp, col, m0, rows, acc);
-    store_column(a, acc, rows, m0, col, bias, y);
+    if (column_total<NBITS_ROWS>(acc, 1)) store_column(a, acc, rows, m0, col, bias, y);
 }
 
 // onyx GatedMatMulNBits: silu(A · Wgᵀ) ⊙ (A · Wuᵀ), each warp one column of both.
@@ -153,23 +168,23 @@ __device__ void matmul_nbits_glu(NBitsArgs a, const T* x, const u8* b, const T* 
     const i64 m0 = (i64)blockIdx.y * NBITS_ROWS;
     if (col >= a.n) return;
     const int rows = (int)min((i64)NBITS_ROWS, a.m - m0);
-    float g[NBITS_ROWS] = {0.f, 0.f, 0.f, 0.f}, u[NBITS_ROWS] = {0.f, 0.f, 0.f, 0.f};
-    nbits_dot<T, BITS>(a, a.zp_kind, x, b, scales, zp, col, m0, rows, g);
-    nbits_dot<T, BITS>(a, a.zp_kind_up, x, b2, scales2, zp2, col, m0, rows, u);
-    store_gated(a, g, u, rows, m0, col, y);
+    // The gate's sums, then the up projection's.
+    float acc[2 * NBITS_ROWS] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+    nbits_dot<T, BITS>(a, a.zp_kind, x, b, scales, zp, col, m0, rows, acc);
+    nbits_dot<T, BITS>(a, a.zp_kind_up, x, b2, scales2, zp2, col, m0, rows, acc + NBITS_ROWS);
+    if (column_total<2 * NBITS_ROWS>(acc, 1)) store_gated(a, acc, rows, m0, col, y);
 }
 
 // The 4-bit GEMV: one warp (or `split` warps) per output column, GEMV_WARPS
 // warps a block, up to NBITS_ROWS rows of A. Each lane loads 16 bytes of the
 // row at once (32 weights, four 8-weight words) and the 32 matching features
-// of each row of A. A weight becomes a float by bits (0x4B000000 | q is 2^23 + q), and the
-// word's 2^23 + zero point is subtracted in the same add, so dequantizing
-// costs a shift, a logic op and an add per weight; the scale multiplies each
-// word's dot product (float zero points, which may have fractions, multiply
-// the word's sum of features instead). Taken where K is a multiple of 32 and
+// of each row of A. A weight becomes a float by bits (0x4B000000 | q is
+// 2^23 + q), and the word's 2^23 + zero point is subtracted in the same add,
+// so dequantizing costs a shift, a logic op and an add per weight; the scale
+// multiplies each word's dot product (float zero points, which may have
+// fractions, multiply the word's sum of features instead). Taken where K is a multiple of 32 and
 // rows of B and A start 16-byte aligned (checked by the host), which is every
 // model the onnxruntime-genai builder writes; `matmul_nbits*` above otherwise.
-#define GEMV_WARPS 8
 
 // Adds this lane's share of column `col` of rows m0 .. m0 + rows of A · Wᵀ
 // to acc, for one set of 4-bit weights, 16 bytes a load.
@@ -230,29 +245,6 @@ __device__ __forceinline__ void nbits4_vec_dot(const NBitsArgs& a, int zp_kind, 
     }
 }
 
-// Sums each of C partial sums over the warp, then over the `split` warps of
-// a column (through shared memory). True in the one thread (lane 0 of the
-// column's first warp) that then holds the column's totals in acc.
-template <int C>
-__device__ __forceinline__ bool column_total(float* acc, int split) {
-    __shared__ float part[GEMV_WARPS][C];
-    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
-#pragma unroll
-    for (int i = 0; i < C; ++i)
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1) acc[i] += __shfl_xor_sync(0xffffffffu, acc[i], off);
-    if (split == 1) return lane == 0;
-    if (lane == 0)
-#pragma unroll
-        for (int i = 0; i < C; ++i) part[wid][i] = acc[i];
-    __syncthreads();
-    if (lane != 0 || wid % split != 0) return false;
-    for (int p = 1; p < split; ++p)
-#pragma unroll
-        for (int i = 0; i < C; ++i) acc[i] += part[wid + p][i];
-    return true;
-}
-
 // The GEMV's column: GEMV_WARPS / split columns a block, `split` warps each
 // taking every split-th 16-byte word of its rows (a long K with few columns,
 // a down projection, keeps enough loads in flight that way).
@@ -269,11 +261,7 @@ __device__ void matmul_nbits4_vec(NBitsArgs a, const T* x, const u8* b, const T*
     float acc[NBITS_ROWS] = {0.f, 0.f, 0.f, 0.f};
     if (live) nbits4_vec_dot(a, a.zp_kind, x, b, scales, zp, col, m0, rows, acc);
     // Every thread reaches the block's barrier, live or not.
-    if (!column_total<NBITS_ROWS>(acc, a.split) || !live) return;
-    for (int r = 0; r < rows; ++r) {
-        const float bv = a.has_bias ? (float)ld(bias, col) : 0.f;
-        st(y, (m0 + r) * a.n + col, acc[r] + bv);
-    }
+    if (column_total<NBITS_ROWS>(acc, a.split) && live) store_column(a, acc, rows, m0, col, bias, y);
 }
 
 // The gated GEMV: both weight rows of a column streamed by its warps.
@@ -288,11 +276,7 @@ __device__ void matmul_nbits4_vec_glu(NBitsArgs a, const T* x, const u8* b, cons
         nbits4_vec_dot(a, a.zp_kind, x, b, scales, zp, col, m0, rows, acc);
         nbits4_vec_dot(a, a.zp_kind_up, x, b2, scales2, zp2, col, m0, rows, acc + NBITS_ROWS);
     }
-    if (!column_total<2 * NBITS_ROWS>(acc, a.split) || !live) return;
-    for (int r = 0; r < rows; ++r) {
-        const float g = acc[r];
-        st(y, (m0 + r) * a.n + col, g / (1.f + __expf(-g)) * acc[NBITS_ROWS + r]);
-    }
+    if (column_total<2 * NBITS_ROWS>(acc, a.split) && live) store_gated(a, acc, rows, m0, col, y);
 }
 
 #define NBITS(T, S, BITS)                                                                           \
